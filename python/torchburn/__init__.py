@@ -1,0 +1,135 @@
+"""torchburn: a C11 runtime that makes PyTorch-style workloads fast on ordinary CPUs.
+
+Three front doors share one C core:
+
+* ``torch.compile(model, backend="torchburn")`` — a compiler backend (see :mod:`torchburn.backend`);
+* :class:`torchburn.LLM` — run Qwen / Llama / Mistral checkpoints from safetensors;
+* ``import turbo_torch as torch`` — a drop-in eager API.
+
+Example::
+
+    >>> import torchburn
+    >>> torchburn.cpu_info()["isa"] in ("scalar", "avx2", "avx512", "neon")
+    True
+    >>> torchburn.active_engine()
+    'native_cpu'
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from . import _C
+from ._C import Tensor, from_dlpack
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Tensor",
+    "from_dlpack",
+    "cpu_info",
+    "active_engine",
+    "gpu_available",
+    "gpu_info",
+    "memory_stats",
+    "set_num_threads",
+    "get_num_threads",
+    "ops",
+]
+
+
+def cpu_info() -> dict[str, Any]:
+    """Facts about this CPU and how torchburn uses it.
+
+    Returns a dict with ``vendor``, ``brand``, ``features`` (flag -> bool), ``isa`` (the kernel level
+    in use: ``TORCHBURN_ISA`` or the best supported), ``best_isa``, ``supported_isas``,
+    ``physical_cores`` and ``num_threads``.
+    """
+    return _C.cpu_info()
+
+
+def active_engine() -> str:
+    """The execution engine in use: ``"native_cpu"`` (the only one so far).
+
+    ``TORCHBURN_ENGINE`` may name it explicitly; any other value is an error.
+    """
+    requested = os.environ.get("TORCHBURN_ENGINE", "native_cpu")
+    if requested not in ("native_cpu", ""):
+        raise ValueError(
+            f"TORCHBURN_ENGINE={requested!r} is not available; this build has only 'native_cpu'"
+        )
+    return "native_cpu"
+
+
+def gpu_available() -> bool:
+    """False: no GPU engine exists yet."""
+    return False
+
+
+def gpu_info() -> dict[str, Any]:
+    """A dict describing GPU support (none in this build)."""
+    return {"available": False, "reason": "torchburn has no GPU engine yet; everything runs on the CPU"}
+
+
+def memory_stats() -> dict[str, int]:
+    """Allocator statistics: bytes live/peak/cached, allocations, frees, pool reuse hits, failures,
+    and ``copies`` (layout/dtype conversions the ops layer could not avoid)."""
+    return _C.memory_stats()
+
+
+def set_num_threads(n: int) -> None:
+    """Sets the number of threads torchburn's kernels use (>= 1)."""
+    _C.set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    """The number of threads torchburn's kernels use."""
+    return _C.get_num_threads()
+
+
+# Submodules and names loaded on first use, so `import torchburn` stays light (and torch optional).
+_LAZY = {
+    "ops": ("torchburn.ops", None),
+    "bench": ("torchburn.bench", None),
+}
+
+
+def _register_lazy(module: str, names: list[str]) -> None:
+    for name in names:
+        _LAZY[name] = (module, name)
+        __all__.append(name)
+
+
+_register_lazy(
+    "torchburn.quantization",
+    [
+        "quantize_weight_int8",
+        "quantize_weight_int4_grouped",
+        "dequantize_weight_int8",
+        "dequantize_weight_int4_grouped",
+        "w8a32_linear",
+        "w4a32_grouped_linear",
+        "QuantizedLinear",
+        "quantize_model",
+    ],
+)
+_register_lazy("torchburn.files", ["safetensors_load", "safetensors_save", "load_config", "Checkpoint"])
+_register_lazy("torchburn.tokenizer", ["Tokenizer"])
+_register_lazy("torchburn.backend", ["compile", "register", "cache_stats", "cache_clear", "explain"])
+_register_lazy("torchburn.llm", ["LLM"])
+
+
+def __getattr__(name: str) -> Any:
+    entry = _LAZY.get(name)
+    if entry is None:
+        raise AttributeError(f"module 'torchburn' has no attribute {name!r}")
+    module_name, attribute = entry
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,206 @@
+/* Strided, broadcasting, dtype-converting copies between tensors (tb_tensor_copy and friends). */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "torchburn/alloc.h"
+#include "torchburn/tensor.h"
+#include "torchburn/thread_pool.h"
+
+static atomic_uint_fast64_t copy_count;
+
+uint64_t tb_tensor_copy_count(void) { return atomic_load(&copy_count); }
+void tb_tensor_note_copy(void) { atomic_fetch_add(&copy_count, 1); }
+
+/* A copy problem with dims merged where both operands allow it; byte strides. */
+typedef struct copy_plan {
+    int ndim;
+    int64_t shape[TB_MAX_DIMS];
+    int64_t dst_strides[TB_MAX_DIMS]; /* bytes */
+    int64_t src_strides[TB_MAX_DIMS]; /* bytes */
+    char *dst;
+    const char *src;
+    tb_dtype dst_dtype, src_dtype;
+    int64_t rows;  /* product of all dims but the last */
+} copy_plan;
+
+static bool is_integral(tb_dtype dtype) { return !tb_dtype_table[dtype].is_floating; }
+
+static double load_as_double(const char *p, tb_dtype dtype) {
+    switch (dtype) {
+    case TB_F32: { float v; memcpy(&v, p, 4); return v; }
+    case TB_F64: { double v; memcpy(&v, p, 8); return v; }
+    case TB_F16: { uint16_t v; memcpy(&v, p, 2); return tb_f16_to_f32(v); }
+    case TB_BF16: { uint16_t v; memcpy(&v, p, 2); return tb_bf16_to_f32(v); }
+    case TB_I8: return *(const int8_t *)p;
+    case TB_U8: return *(const uint8_t *)p;
+    case TB_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case TB_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case TB_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    case TB_BOOL: return *(const uint8_t *)p != 0;
+    default: return 0;
+    }
+}
+
+static int64_t load_as_int(const char *p, tb_dtype dtype) {
+    switch (dtype) {
+    case TB_I8: return *(const int8_t *)p;
+    case TB_U8: return *(const uint8_t *)p;
+    case TB_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case TB_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case TB_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    case TB_BOOL: return *(const uint8_t *)p != 0;
+    default: return 0;
+    }
+}
+
+/* Integer targets wrap modulo 2^bits from an int64 (as torch's integer casts do). */
+static void store_int(char *p, tb_dtype dtype, int64_t v) {
+    switch (dtype) {
+    case TB_I8: *(int8_t *)p = (int8_t)v; break;
+    case TB_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case TB_I16: { int16_t x = (int16_t)v; memcpy(p, &x, 2); break; }
+    case TB_I32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
+    case TB_I64: memcpy(p, &v, 8); break;
+    case TB_BOOL: *(uint8_t *)p = v != 0; break;
+    default: break;
+    }
+}
+
+static void store_double(char *p, tb_dtype dtype, double v) {
+    switch (dtype) {
+    case TB_F32: { float x = (float)v; memcpy(p, &x, 4); break; }
+    case TB_F64: memcpy(p, &v, 8); break;
+    case TB_F16: { uint16_t x = tb_f32_to_f16((float)v); memcpy(p, &x, 2); break; }
+    case TB_BF16: { uint16_t x = tb_f32_to_bf16((float)v); memcpy(p, &x, 2); break; }
+    case TB_BOOL: *(uint8_t *)p = v != 0; break;
+    default: {
+        /* float -> int: truncate; NaN/out of range are undefined in torch; we saturate through f32 rules */
+        float f = (float)v;
+        tb_dtype_table[dtype].from_f32(&f, p, 1);
+        break;
+    }
+    }
+}
+
+static void copy_row(const copy_plan *plan, char *dst, const char *src) {
+    int last = plan->ndim - 1;
+    int64_t n = plan->shape[last];
+    int64_t ds = plan->dst_strides[last], ss = plan->src_strides[last];
+    size_t dsize = tb_dtype_size(plan->dst_dtype), ssize = tb_dtype_size(plan->src_dtype);
+    if (plan->dst_dtype == plan->src_dtype) {
+        if (ds == (int64_t)dsize && ss == (int64_t)ssize) {
+            memcpy(dst, src, (size_t)n * dsize);
+            return;
+        }
+        switch (dsize) {
+        case 1: for (int64_t i = 0; i < n; i++) dst[i * ds] = src[i * ss]; return;
+        case 2: for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, 2); return;
+        case 4: for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, 4); return;
+        default: for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, dsize); return;
+        }
+    }
+    if (ds == (int64_t)dsize && ss == (int64_t)ssize && plan->dst_dtype == TB_F32 && plan->src_dtype != TB_F64 &&
+        plan->src_dtype != TB_I64 && plan->src_dtype != TB_I32) {
+        tb_dtype_table[plan->src_dtype].to_f32(src, (float *)dst, n); /* exact for these sources */
+        return;
+    }
+    if (ds == (int64_t)dsize && ss == (int64_t)ssize && plan->src_dtype == TB_F32 &&
+        tb_dtype_table[plan->dst_dtype].is_floating) {
+        tb_dtype_table[plan->dst_dtype].from_f32((const float *)src, dst, n);
+        return;
+    }
+    if (is_integral(plan->src_dtype) && is_integral(plan->dst_dtype)) {
+        for (int64_t i = 0; i < n; i++)
+            store_int(dst + i * ds, plan->dst_dtype, load_as_int(src + i * ss, plan->src_dtype));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        store_double(dst + i * ds, plan->dst_dtype, load_as_double(src + i * ss, plan->src_dtype));
+}
+
+static void copy_rows(void *context, int64_t begin, int64_t end, int thread_index) {
+    const copy_plan *plan = context;
+    (void)thread_index;
+    for (int64_t row = begin; row < end; row++) {
+        int64_t rest = row, dst_offset = 0, src_offset = 0;
+        for (int d = plan->ndim - 2; d >= 0; d--) {
+            int64_t index = rest % plan->shape[d];
+            rest /= plan->shape[d];
+            dst_offset += index * plan->dst_strides[d];
+            src_offset += index * plan->src_strides[d];
+        }
+        copy_row(plan, plan->dst + dst_offset, plan->src + src_offset);
+    }
+}
+
+/* Merges adjacent dims d-1, d when both operands are contiguous across them; drops size-1 dims. */
+static void simplify(copy_plan *plan) {
+    int out = 0;
+    for (int d = 0; d < plan->ndim; d++) {
+        if (plan->shape[d] == 1)
+            continue;
+        if (out > 0 && plan->dst_strides[out - 1] == plan->dst_strides[d] * plan->shape[d] &&
+            plan->src_strides[out - 1] == plan->src_strides[d] * plan->shape[d]) {
+            plan->shape[out - 1] *= plan->shape[d];
+            plan->dst_strides[out - 1] = plan->dst_strides[d];
+            plan->src_strides[out - 1] = plan->src_strides[d];
+            continue;
+        }
+        plan->shape[out] = plan->shape[d];
+        plan->dst_strides[out] = plan->dst_strides[d];
+        plan->src_strides[out] = plan->src_strides[d];
+        out++;
+    }
+    if (out == 0) {
+        plan->shape[0] = 1;
+        plan->dst_strides[0] = (int64_t)tb_dtype_size(plan->dst_dtype);
+        plan->src_strides[0] = (int64_t)tb_dtype_size(plan->src_dtype);
+        out = 1;
+    }
+    plan->ndim = out;
+}
+
+tb_status tb_tensor_copy(tb_tensor *dst, const tb_tensor *src) {
+    if (dst->storage->read_only)
+        return tb_error_set(TB_ERR_READ_ONLY, "copy: the destination tensor is read-only");
+    tb_tensor expanded;
+    TB_TRY(tb_tensor_expand(src, dst->ndim, dst->shape, &expanded));
+    int64_t numel = tb_tensor_numel(dst);
+    if (numel == 0) {
+        tb_tensor_release(&expanded);
+        return TB_OK;
+    }
+    copy_plan plan;
+    plan.ndim = dst->ndim;
+    plan.dst_dtype = dst->dtype;
+    plan.src_dtype = src->dtype;
+    plan.dst = tb_tensor_data(dst);
+    plan.src = tb_tensor_data(&expanded);
+    for (int d = 0; d < dst->ndim; d++) {
+        plan.shape[d] = dst->shape[d];
+        plan.dst_strides[d] = dst->strides[d] * (int64_t)tb_dtype_size(dst->dtype);
+        plan.src_strides[d] = expanded.strides[d] * (int64_t)tb_dtype_size(src->dtype);
+    }
+    simplify(&plan);
+    plan.rows = numel / plan.shape[plan.ndim - 1];
+    int64_t row_bytes = plan.shape[plan.ndim - 1] * (int64_t)tb_dtype_size(dst->dtype);
+    int64_t grain = row_bytes >= (1 << 16) ? 1 : (1 << 16) / (row_bytes > 0 ? row_bytes : 1);
+    tb_parallel_for(plan.rows, grain, copy_rows, &plan);
+    tb_tensor_release(&expanded);
+    return TB_OK;
+}
+
+tb_status tb_tensor_contiguous(const tb_tensor *src, tb_dtype dtype, tb_tensor *out) {
+    if (src->dtype == dtype && tb_tensor_is_contiguous(src)) {
+        tb_tensor_retain(src, out);
+        return TB_OK;
+    }
+    TB_TRY(tb_tensor_empty(dtype, src->ndim, src->shape, TB_ALLOC_DEFAULT, out));
+    tb_status status = tb_tensor_copy(out, src);
+    if (status != TB_OK) {
+        tb_tensor_release(out);
+        return status;
+    }
+    tb_tensor_note_copy();
+    return TB_OK;
+}

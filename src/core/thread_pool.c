@@ -1,0 +1,311 @@
+/* Persistent pthread pool behind tb_parallel_for.
+ *
+ * One job at a time: the caller publishes (fn, context, chunk count), bumps `generation`, and runs
+ * chunks itself as thread 0 while workers claim chunks from an atomic counter. Workers spin on
+ * `generation` for a short while after each job (so back-to-back loops fan out in ~1 µs) and then
+ * sleep on a condition variable. A caller that finds the pool busy runs its loop inline. After
+ * fork() the child abandons the parent's pool (its threads do not exist there) and builds a new one. */
+#include "torchburn/thread_pool.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define tb_cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define tb_cpu_relax() __asm__ __volatile__("yield")
+#else
+#define tb_cpu_relax() ((void)0)
+#endif
+
+enum { TB_MAX_THREADS = 1024, TB_SPIN_ITERATIONS = 20000 };
+
+typedef struct pool {
+    int thread_count;                 /* including the caller */
+    pthread_t *workers;               /* thread_count - 1 of them */
+    pthread_mutex_t submit_lock;      /* held by the caller for the duration of a job */
+    pthread_mutex_t sleep_lock;
+    pthread_cond_t wake;
+    atomic_uint_fast64_t generation;  /* bumped to publish a job */
+    atomic_int sleepers;
+    atomic_bool shutting_down;
+    /* the current job */
+    tb_parallel_fn fn;
+    void *context;
+    int64_t count, chunk_size, chunk_count;
+    atomic_int_fast64_t next_chunk;
+    atomic_int busy_workers;
+} pool;
+
+typedef struct worker_start {
+    pool *owner;
+    int index;
+} worker_start;
+
+static pthread_mutex_t pool_create_lock = PTHREAD_MUTEX_INITIALIZER;
+static pool *the_pool;
+static atomic_int requested_threads; /* 0: from the environment */
+static _Thread_local int in_parallel_region;
+static _Thread_local int current_thread_index;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void run_chunks(pool *p, int thread_index) {
+    int previous_region = in_parallel_region;
+    in_parallel_region = 1;
+    current_thread_index = thread_index;
+    for (;;) {
+        int64_t chunk = atomic_fetch_add_explicit(&p->next_chunk, 1, memory_order_relaxed);
+        if (chunk >= p->chunk_count)
+            break;
+        int64_t begin = chunk * p->chunk_size;
+        int64_t end = begin + p->chunk_size < p->count ? begin + p->chunk_size : p->count;
+        p->fn(p->context, begin, end, thread_index);
+    }
+    in_parallel_region = previous_region;
+}
+
+static void *worker_main(void *arg) {
+    worker_start start = *(worker_start *)arg;
+    free(arg);
+    pool *p = start.owner;
+    uint_fast64_t seen = atomic_load(&p->generation);
+    for (;;) {
+        int spins = 0;
+        uint_fast64_t now;
+        while ((now = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
+            if (atomic_load_explicit(&p->shutting_down, memory_order_relaxed))
+                return NULL;
+            if (++spins < TB_SPIN_ITERATIONS) {
+                tb_cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&p->sleep_lock);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->generation) == seen && !atomic_load(&p->shutting_down))
+                pthread_cond_wait(&p->wake, &p->sleep_lock);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->sleep_lock);
+            spins = 0;
+        }
+        if (atomic_load(&p->shutting_down))
+            return NULL;
+        seen = now;
+        run_chunks(p, start.index);
+        atomic_fetch_sub_explicit(&p->busy_workers, 1, memory_order_release);
+    }
+}
+
+static int parse_thread_env(const char *name) {
+    const char *value = getenv(name);
+    if (!value || !value[0])
+        return 0;
+    char *end = NULL;
+    long n = strtol(value, &end, 10);
+    if (*end != '\0' || n < 1)
+        return 0; /* ignored; documented: invalid values fall through to the next source */
+    return n > TB_MAX_THREADS ? TB_MAX_THREADS : (int)n;
+}
+
+int tb_physical_cores(void) {
+    static atomic_int cached;
+    int known = atomic_load(&cached);
+    if (known > 0)
+        return known;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    int logical = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+        logical = CPU_COUNT(&allowed);
+    /* Count distinct (package, core) pairs among allowed CPUs. */
+    enum { MAX_CORE_KEYS = 4096 };
+    static long keys[MAX_CORE_KEYS];
+    int distinct = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && distinct < MAX_CORE_KEYS; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed))
+            continue;
+        char path[128];
+        long core = -1, package = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            distinct = 0;
+            break;
+        }
+        if (fscanf(f, "%ld", &core) != 1)
+            core = -1;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        f = fopen(path, "r");
+        if (f) {
+            if (fscanf(f, "%ld", &package) != 1)
+                package = 0;
+            fclose(f);
+        }
+        if (core < 0) {
+            distinct = 0;
+            break;
+        }
+        long key = package * 1000003L + core;
+        bool seen = false;
+        for (int i = 0; i < distinct; i++)
+            seen |= keys[i] == key;
+        if (!seen)
+            keys[distinct++] = key;
+    }
+    int cores = distinct > 0 ? distinct : logical;
+    if (cores < 1)
+        cores = 1;
+    atomic_store(&cached, cores);
+    return cores;
+}
+
+static int configured_threads(void) {
+    int n = atomic_load(&requested_threads);
+    if (n > 0)
+        return n;
+    n = parse_thread_env("TORCHBURN_NUM_THREADS");
+    if (n > 0)
+        return n;
+    n = parse_thread_env("RAYON_NUM_THREADS");
+    if (n > 0)
+        return n;
+    return tb_physical_cores();
+}
+
+static void after_fork_in_child(void) {
+    /* The parent's workers do not exist here; abandon that pool (leaking it is the only safe
+     * option, as its mutexes may be held) and let the next parallel_for build a new one. */
+    the_pool = NULL;
+    pthread_mutex_init(&pool_create_lock, NULL);
+    in_parallel_region = 0;
+}
+
+static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
+static void pool_destroy(pool *p) {
+    if (!p)
+        return;
+    atomic_store(&p->shutting_down, true);
+    pthread_mutex_lock(&p->sleep_lock);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->sleep_lock);
+    for (int i = 0; i < p->thread_count - 1; i++)
+        pthread_join(p->workers[i], NULL);
+    free(p->workers);
+    pthread_mutex_destroy(&p->submit_lock);
+    pthread_mutex_destroy(&p->sleep_lock);
+    pthread_cond_destroy(&p->wake);
+    free(p);
+}
+
+/* Builds a pool of `threads`; on any failure returns a pool with however many workers started. */
+static pool *pool_create(int threads) {
+    pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->submit_lock, NULL);
+    pthread_mutex_init(&p->sleep_lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    p->thread_count = 1;
+    p->workers = calloc((size_t)(threads > 1 ? threads - 1 : 1), sizeof(pthread_t));
+    if (!p->workers)
+        return p;
+    for (int i = 1; i < threads; i++) {
+        worker_start *start = malloc(sizeof *start);
+        if (!start)
+            break;
+        start->owner = p;
+        start->index = i;
+        if (pthread_create(&p->workers[i - 1], NULL, worker_main, start) != 0) {
+            free(start);
+            break;
+        }
+        p->thread_count++;
+    }
+    return p;
+}
+
+static pool *get_pool(void) {
+    pthread_once(&atfork_once, register_atfork);
+    pool *p = __atomic_load_n(&the_pool, __ATOMIC_ACQUIRE);
+    int wanted = configured_threads();
+    if (p && p->thread_count == wanted)
+        return p;
+    pthread_mutex_lock(&pool_create_lock);
+    p = the_pool;
+    if (!p || p->thread_count != wanted) {
+        if (p) {
+            pthread_mutex_lock(&p->submit_lock); /* wait for a running job to finish */
+            pthread_mutex_unlock(&p->submit_lock);
+            pool_destroy(p);
+        }
+        p = pool_create(wanted);
+        __atomic_store_n(&the_pool, p, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&pool_create_lock);
+    return p;
+}
+
+int tb_num_threads(void) { return configured_threads(); }
+
+tb_status tb_set_num_threads(int n) {
+    if (n < 1)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "set_num_threads: n must be >= 1, got %d", n);
+    atomic_store(&requested_threads, n > TB_MAX_THREADS ? TB_MAX_THREADS : n);
+    return TB_OK;
+}
+
+int tb_in_parallel_region(void) { return in_parallel_region; }
+
+static void run_inline(int64_t count, tb_parallel_fn fn, void *context) {
+    int previous = in_parallel_region;
+    in_parallel_region = 1;
+    fn(context, 0, count, previous ? current_thread_index : 0);
+    in_parallel_region = previous;
+}
+
+void tb_parallel_for(int64_t count, int64_t grain, tb_parallel_fn fn, void *context) {
+    if (count <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    if (count <= grain || in_parallel_region) {
+        run_inline(count, fn, context);
+        return;
+    }
+    pool *p = get_pool();
+    if (!p || p->thread_count < 2 || pthread_mutex_trylock(&p->submit_lock) != 0) {
+        run_inline(count, fn, context);
+        return;
+    }
+    /* Aim for a few chunks per thread for balance, but never below the grain. */
+    int64_t target_chunks = (int64_t)p->thread_count * 4;
+    int64_t chunk_size = (count + target_chunks - 1) / target_chunks;
+    if (chunk_size < grain)
+        chunk_size = grain;
+    p->fn = fn;
+    p->context = context;
+    p->count = count;
+    p->chunk_size = chunk_size;
+    p->chunk_count = (count + chunk_size - 1) / chunk_size;
+    atomic_store_explicit(&p->next_chunk, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->busy_workers, p->thread_count - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with the sleepers count */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->sleep_lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->sleep_lock);
+    }
+    run_chunks(p, 0);
+    while (atomic_load_explicit(&p->busy_workers, memory_order_acquire) > 0)
+        tb_cpu_relax();
+    pthread_mutex_unlock(&p->submit_lock);
+}

@@ -1,0 +1,80 @@
+/* Contract of the f32 GEMM driver and of scaled-dot-product attention.
+ *
+ * C[m, n] = epilogue(alpha * sum_k A[m, k] * B[k, n] + beta * C[m, n]), where the epilogue is, in
+ * order: + bias, activation, + residual. Operands use general (row, col) strides in elements so
+ * transposed views need no copy. The driver packs panels of A and B into per-thread scratch
+ * (_Thread_local, grown with tb_alloc; that growth is the only allocation and failure is returned),
+ * runs a register-blocked micro-kernel chosen by ISA, applies the epilogue while the C tile is hot, and
+ * splits the work over the thread pool. */
+#ifndef TORCHBURN_KERNELS_GEMM_H
+#define TORCHBURN_KERNELS_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "torchburn/cpu.h"
+#include "torchburn/status.h"
+
+typedef enum tb_activation {
+    TB_ACTIVATION_NONE = 0,
+    TB_ACTIVATION_RELU,
+    TB_ACTIVATION_GELU,      /* exact erf form */
+    TB_ACTIVATION_GELU_TANH, /* tanh approximation */
+    TB_ACTIVATION_SILU,
+    TB_ACTIVATION_SIGMOID,
+    TB_ACTIVATION_TANH,
+    TB_ACTIVATION_COUNT
+} tb_activation;
+
+typedef enum tb_bias_kind {
+    TB_BIAS_NONE = 0,
+    TB_BIAS_PER_COLUMN, /* bias[n] (nn.Linear) */
+    TB_BIAS_PER_ROW,    /* bias[m] (convolution as GEMM with output channels as rows) */
+} tb_bias_kind;
+
+typedef struct tb_gemm_desc {
+    int64_t m, n, k;
+    const float *a; /* A[i, p] = a[i * a_row_stride + p * a_col_stride] */
+    int64_t a_row_stride, a_col_stride;
+    const float *b; /* B[p, j] = b[p * b_row_stride + j * b_col_stride] */
+    int64_t b_row_stride, b_col_stride;
+    float *c; /* C[i, j] = c[i * c_row_stride + j] */
+    int64_t c_row_stride;
+    float alpha; /* usually 1 */
+    float beta;  /* 0: C is write-only (never read, so NaN garbage in C is harmless) */
+    tb_bias_kind bias_kind;
+    const float *bias;
+    tb_activation activation;
+    const float *residual; /* R[i, j] = residual[i * residual_row_stride + j]; may be NULL */
+    int64_t residual_row_stride;
+    /* batch: `batch` independent products; pointer offsets per batch entry (elements) */
+    int64_t batch;
+    int64_t a_batch_stride, b_batch_stride, c_batch_stride, residual_batch_stride;
+} tb_gemm_desc;
+
+/* Runs the product at the active ISA (or the given one with _isa). k == 0 gives the epilogue of zero.
+ * Errors: invalid sizes/NULL pointers (TB_ERR_INVALID_ARGUMENT), scratch allocation failure. */
+TB_API TB_NODISCARD tb_status tb_gemm_f32(const tb_gemm_desc *desc);
+TB_API TB_NODISCARD tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa);
+
+/* Scaled dot-product attention, PyTorch semantics:
+ * out[b, h, i, :] = softmax_j(scale * q[b,h,i,:] . k[b,h',j,:] + mask[b,h,i,j]) @ v[b,h',j,:]
+ * with h' = h / (q_heads / kv_heads) (grouped-query attention). Causal masking keeps j <= i
+ * (top-left aligned, as torch's is_causal). Tiled over keys with an online softmax, so memory is
+ * O(T * D) per thread, never O(T^2). Rows whose every key is masked give NaN, like torch. */
+typedef struct tb_attention_desc {
+    int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+    const float *q; int64_t q_strides[4];  /* [B, Hq, Tq, D], last stride must be 1 */
+    const float *k; int64_t k_strides[4];  /* [B, Hkv, Tk, D], last stride must be 1 */
+    const float *v; int64_t v_strides[4];  /* [B, Hkv, Tk, Dv], last stride must be 1 */
+    float *out; int64_t out_strides[4];    /* [B, Hq, Tq, Dv], last stride must be 1 */
+    const float *float_mask; int64_t float_mask_strides[4]; /* additive [B,Hq,Tq,Tk], 0-strides broadcast; or NULL */
+    const uint8_t *bool_mask; int64_t bool_mask_strides[4]; /* 1 = attend; or NULL */
+    bool causal;
+    float scale; /* usually 1/sqrt(D) */
+} tb_attention_desc;
+
+TB_API TB_NODISCARD tb_status tb_attention_f32(const tb_attention_desc *desc);
+TB_API TB_NODISCARD tb_status tb_attention_f32_isa(const tb_attention_desc *desc, tb_isa isa);
+
+#endif

@@ -1,0 +1,120 @@
+/* The torchburn._C module: initialization (ISA selection), machine facts, memory statistics and
+ * thread settings; each binding file registers its own functions through a tb_pyext_register_* hook. */
+#include "pyext.h"
+#include "torchburn/alloc.h"
+#include "torchburn/cpu.h"
+#include "torchburn/thread_pool.h"
+
+static int add_bool(PyObject *dict, const char *key, int value) {
+    PyObject *item = PyBool_FromLong(value);
+    int result = PyDict_SetItemString(dict, key, item);
+    Py_DECREF(item);
+    return result;
+}
+
+static PyObject *py_cpu_info(PyObject *module, PyObject *unused) {
+    const tb_cpu_features *f = tb_cpu_get_features();
+    PyObject *features = PyDict_New();
+    if (!features)
+        return NULL;
+    struct { const char *name; int value; } flags[] = {
+        {"sse4_2", f->sse42}, {"avx", f->avx}, {"avx2", f->avx2}, {"fma", f->fma}, {"f16c", f->f16c},
+        {"bmi2", f->bmi2}, {"avx512f", f->avx512f}, {"avx512bw", f->avx512bw}, {"avx512vl", f->avx512vl},
+        {"avx512dq", f->avx512dq}, {"avx512_vnni", f->avx512vnni}, {"avx512_bf16", f->avx512bf16},
+        {"avx_vnni", f->avx_vnni}, {"amx_int8", f->amx_int8}, {"neon", f->neon}, {"asimd_dotprod", f->asimd_dotprod},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (add_bool(features, flags[i].name, flags[i].value) != 0) {
+            Py_DECREF(features);
+            return NULL;
+        }
+    }
+    PyObject *supported = PyList_New(0);
+    for (int isa = 0; supported && isa < TB_ISA_COUNT; isa++) {
+        if (tb_isa_supported((tb_isa)isa)) {
+            PyObject *name = PyUnicode_FromString(tb_isa_name((tb_isa)isa));
+            PyList_Append(supported, name);
+            Py_XDECREF(name);
+        }
+    }
+    PyObject *result = Py_BuildValue("{s:s,s:s,s:N,s:s,s:s,s:N,s:i,s:i}", "vendor", f->vendor, "brand", f->brand,
+                                     "features", features, "isa", tb_isa_name(tb_isa_active()), "best_isa",
+                                     tb_isa_name(tb_isa_best()), "supported_isas", supported, "physical_cores",
+                                     tb_physical_cores(), "num_threads", tb_num_threads());
+    return result;
+}
+
+static PyObject *py_set_isa(PyObject *module, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    tb_isa isa;
+    tb_status status = tb_isa_from_name(name, &isa);
+    if (status == TB_OK)
+        status = tb_isa_set(isa);
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_memory_stats(PyObject *module, PyObject *unused) {
+    tb_alloc_stats stats;
+    tb_alloc_get_stats(&stats);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes_live", (unsigned long long)stats.bytes_live,
+                         "bytes_peak", (unsigned long long)stats.bytes_peak, "bytes_cached",
+                         (unsigned long long)stats.bytes_cached, "allocations", (unsigned long long)stats.allocations,
+                         "frees", (unsigned long long)stats.frees, "reuse_hits", (unsigned long long)stats.reuse_hits,
+                         "failures", (unsigned long long)stats.failures, "copies",
+                         (unsigned long long)tb_tensor_copy_count());
+}
+
+static PyObject *py_memory_trim(PyObject *module, PyObject *unused) {
+    tb_alloc_trim();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_num_threads(PyObject *module, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    tb_status status = tb_set_num_threads((int)(n > 1 << 20 ? 1 << 20 : n < -1 ? -1 : n));
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_num_threads(PyObject *module, PyObject *unused) { return PyLong_FromLong(tb_num_threads()); }
+
+static PyMethodDef module_functions[] = {
+    {"cpu_info", py_cpu_info, METH_NOARGS, "CPU vendor, brand, features, selected and supported ISAs, cores, threads."},
+    {"set_isa", py_set_isa, METH_O, "Forces the kernel ISA ('scalar', 'avx2', 'avx512'); refuses one the CPU lacks."},
+    {"memory_stats", py_memory_stats, METH_NOARGS, "Allocator statistics and the count of layout/dtype copies."},
+    {"memory_trim", py_memory_trim, METH_NOARGS, "Returns cached allocator blocks to the system."},
+    {"set_num_threads", py_set_num_threads, METH_O, "Sets the number of threads kernels use."},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, "The number of threads kernels use."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, .m_name = "torchburn._C",
+    .m_doc = "torchburn's C runtime: tensors, kernels, and the layers built on them.", .m_size = -1,
+    .m_methods = module_functions,
+};
+
+PyMODINIT_FUNC PyInit__C(void) {
+    tb_status status = tb_isa_init();
+    if (status != TB_OK) {
+        tb_py_raise(status);
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&module_def);
+    if (!module)
+        return NULL;
+    if (tb_pyext_register_tensor(module) != 0 || tb_pyext_register_ops(module) != 0 ||
+        tb_pyext_register_files(module) != 0 || tb_pyext_register_tokenizer(module) != 0 ||
+        tb_pyext_register_quant(module) != 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
