@@ -76,7 +76,8 @@ static void *worker_main(void *arg) {
     worker_start start = *(worker_start *)arg;
     free(arg);
     pool *p = start.owner;
-    uint_fast64_t seen = atomic_load(&p->generation);
+    uint_fast64_t seen = 0; /* the generation at creation: a job published before this thread
+                               started running is still seen as new */
     for (;;) {
         int spins = 0;
         uint_fast64_t now;
