@@ -3,6 +3,7 @@
 #include "pyext.h"
 #include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
+#include "torchburn/probe.h"
 #include "torchburn/thread_pool.h"
 
 static int add_bool(PyObject *dict, const char *key, int value) {
@@ -85,7 +86,56 @@ static PyObject *py_set_num_threads(PyObject *module, PyObject *arg) {
 
 static PyObject *py_get_num_threads(PyObject *module, PyObject *unused) { return PyLong_FromLong(tb_num_threads()); }
 
+static PyObject *py_probe_peak_gflops(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "probe_peak_gflops(isa, seconds)");
+        return NULL;
+    }
+    const char *name = PyUnicode_AsUTF8(args[0]);
+    double seconds = PyFloat_AsDouble(args[1]);
+    if (!name || PyErr_Occurred())
+        return NULL;
+    tb_isa isa;
+    double gflops = 0;
+    tb_status status = tb_isa_from_name(name, &isa);
+    if (status == TB_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        status = tb_probe_peak_gflops(isa, seconds, &gflops);
+        Py_END_ALLOW_THREADS
+    }
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    return PyFloat_FromDouble(gflops);
+}
+
+static PyObject *py_probe_read_bandwidth(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "probe_read_bandwidth(nbytes, repeats)");
+        return NULL;
+    }
+    Py_ssize_t nbytes = PyLong_AsSsize_t(args[0]);
+    long repeats = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (nbytes <= 0) {
+        PyErr_SetString(PyExc_ValueError, "probe_read_bandwidth: nbytes must be positive");
+        return NULL;
+    }
+    double gbps = 0;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_probe_read_bandwidth((size_t)nbytes, (int)repeats, &gbps);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    return PyFloat_FromDouble(gbps);
+}
+
 static PyMethodDef module_functions[] = {
+    {"probe_peak_gflops", (PyCFunction)(void (*)(void))py_probe_peak_gflops, METH_FASTCALL,
+     "probe_peak_gflops(isa, seconds) -> float: measured f32 FMA peak on all kernel threads."},
+    {"probe_read_bandwidth", (PyCFunction)(void (*)(void))py_probe_read_bandwidth, METH_FASTCALL,
+     "probe_read_bandwidth(nbytes, repeats) -> float: measured memory read GB/s on all kernel threads."},
     {"cpu_info", py_cpu_info, METH_NOARGS, "CPU vendor, brand, features, selected and supported ISAs, cores, threads."},
     {"set_isa", py_set_isa, METH_O, "Forces the kernel ISA ('scalar', 'avx2', 'avx512'); refuses one the CPU lacks."},
     {"memory_stats", py_memory_stats, METH_NOARGS, "Allocator statistics and the count of layout/dtype copies."},

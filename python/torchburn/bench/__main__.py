@@ -1,0 +1,34 @@
+"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile} [options]."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUITES = {
+    "kernels": ("torchburn.bench.kernels", "main"),
+    "quant": ("torchburn.bench_quant", "run_quant_benchmark"),
+    "tokenizer": ("torchburn.bench_tokenizer", "run_tokenizer_benchmark"),
+    "compile": ("torchburn.bench.compile", "main"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="python -m torchburn.bench",
+        description="Benchmarks of torchburn side by side with its peers (medians and ratios, same process).",
+    )
+    parser.add_argument("suite", choices=sorted(SUITES), help="which benchmark suite to run")
+    args, rest = parser.parse_known_args(argv)
+    module_name, function = SUITES[args.suite]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        print(f"the '{args.suite}' suite is not available: {error}", file=sys.stderr)
+        return 2
+    return getattr(module, function)(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

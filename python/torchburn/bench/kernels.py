@@ -1,0 +1,91 @@
+"""python -m torchburn.bench kernels: torchburn's kernels against PyTorch eager, same process.
+
+For each workload: the median time of each, the ratio (torch time / torchburn time; > 1 means
+torchburn is faster), and a roofline column: achieved GFLOP/s against the measured FMA peak for
+compute-bound work, or GB/s moved against the measured memory read bandwidth for memory-bound work.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Callable
+
+from . import format_time, machine_facts, median_time, print_table
+
+
+def workloads(torch, ops):
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    items = []
+
+    def gemm(n):
+        a, b = randn(n, n), randn(n, n)
+        return (f"GEMM {n}x{n}x{n}", lambda: torch.mm(a, b), lambda: ops.matmul(a, b), ("flops", 2.0 * n ** 3))
+
+    items.append(gemm(1024))
+    items.append(gemm(256))
+    x = randn(1024, 1024)
+    items.append(("GELU (erf) 1024x1024", lambda: F.gelu(x), lambda: ops.gelu(x), ("bytes", 2 * 4 * x.numel())))
+    q, k, v = randn(4, 8, 128, 64), randn(4, 8, 128, 64), randn(4, 8, 128, 64)
+    sdpa_flops = 4 * 8 * (2 * 128 * 128 * 64 * 2) / 2  # causal: half of QK^T and PV
+    items.append(("SDPA B4 H8 T128 D64 causal",
+                  lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                  lambda: ops.scaled_dot_product_attention(q, k, v, is_causal=True), ("flops", sdpa_flops)))
+    xl, w, b = randn(128, 512), randn(1024, 512), randn(1024)
+    items.append(("Linear+bias+GELU 128x512->1024",
+                  lambda: F.gelu(F.linear(xl, w, b)),
+                  lambda: ops.linear(xl, w, b, activation="gelu"), ("flops", 2.0 * 128 * 512 * 1024)))
+    s = randn(2048, 2048)
+    items.append(("softmax 2048x2048 (dim -1)", lambda: torch.softmax(s, -1), lambda: ops.softmax(s, -1),
+                  ("bytes", 2 * 4 * s.numel())))
+    ln, lw, lb = randn(4096, 1024), randn(1024), randn(1024)
+    items.append(("layer_norm 4096x1024", lambda: F.layer_norm(ln, (1024,), lw, lb),
+                  lambda: ops.layer_norm(ln, (1024,), lw, lb), ("bytes", 2 * 4 * ln.numel())))
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torchburn.bench kernels", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=0.6, help="target measuring time per side and workload")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv or [])
+
+    import torch
+
+    import torchburn
+    import torchburn.ops as ops
+    from torchburn import _C
+
+    threads = torchburn.get_num_threads()
+    torch.set_num_threads(threads)
+    isa = torchburn.cpu_info()["isa"]
+    peak = _C.probe_peak_gflops(isa, 0.3)
+    bandwidth = _C.probe_read_bandwidth(256 << 20, 5)
+    rows, records = [], []
+    for name, torch_fn, ours_fn, (kind, amount) in workloads(torch, ops):
+        torch.testing.assert_close(ours_fn(), torch_fn(), rtol=1e-4, atol=1e-4)  # never time a wrong answer
+        t_torch = median_time(torch_fn, target_seconds=args.seconds)
+        t_ours = median_time(ours_fn, target_seconds=args.seconds)
+        ratio = t_torch / t_ours
+        if kind == "flops":
+            achieved = amount / t_ours * 1e-9
+            roofline = f"{achieved:.1f} GFLOP/s = {100 * achieved / peak:.0f}% of {peak:.0f} peak"
+        else:
+            achieved = amount / t_ours * 1e-9
+            roofline = f"{achieved:.1f} GB/s = {100 * achieved / bandwidth:.0f}% of {bandwidth:.1f} read BW"
+        rows.append([name, format_time(t_torch), format_time(t_ours), f"{ratio:.2f}x", roofline])
+        records.append({"workload": name, "torch_s": t_torch, "torchburn_s": t_ours, "ratio": ratio,
+                        "achieved": achieved, "unit": "GFLOP/s" if kind == "flops" else "GB/s"})
+    if args.json:
+        print(json.dumps({"machine": machine_facts(), "peak_gflops": peak, "read_gbps": bandwidth,
+                          "results": records}, indent=2))
+        return 0
+    print(machine_facts())
+    print(f"measured: FMA peak {peak:.1f} GFLOP/s ({isa}, {threads} threads), read bandwidth {bandwidth:.1f} GB/s")
+    print("ratio = torch eager time / torchburn time (medians; > 1 means torchburn is faster)\n")
+    print_table(["workload", "torch eager", "torchburn", "ratio", "roofline (torchburn)"], rows)
+    return 0
