@@ -490,3 +490,10 @@ def to(x: Any, dtype: Any) -> Any:
 def copy(x: Any) -> Any:
     """A contiguous copy of x in its own dtype."""
     return to(x, _dtype_name(x))
+
+
+# Convolution, pooling, normalization, losses and the backward ops live in nn_ops (re-exported here).
+try:
+    from .nn_ops import *  # noqa: F401,F403,E402
+except ImportError:  # pragma: no cover - nn_ops is being built
+    pass

@@ -44,5 +44,8 @@ int tb_pyext_register_ops(PyObject *module);
 int tb_pyext_register_files(PyObject *module);
 int tb_pyext_register_tokenizer(PyObject *module);
 int tb_pyext_register_quant(PyObject *module);
+int tb_pyext_register_nn(PyObject *module);
+int tb_pyext_register_graph(PyObject *module);
+int tb_pyext_register_llm(PyObject *module);
 
 #endif
