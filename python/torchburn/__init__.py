@@ -115,7 +115,7 @@ _register_lazy(
     ],
 )
 _register_lazy("torchburn.files", ["safetensors_load", "safetensors_save", "load_config", "Checkpoint"])
-_register_lazy("torchburn.tokenizer", ["Tokenizer"])
+_register_lazy("torchburn.tokenizer", ["Tokenizer", "DecodeStream"])
 _register_lazy("torchburn.backend", ["compile", "register", "cache_stats", "cache_clear", "explain"])
 _register_lazy("torchburn.llm", ["LLM"])
 
