@@ -30,8 +30,12 @@ if [ "${TB_SKIP_SANITIZERS:-0}" != "1" ]; then
     ctest --test-dir build/asan --output-on-failure -j "$jobs"
 fi
 
-if [ "${TB_SKIP_FUZZ:-0}" != "1" ] && [ -x tools/fuzz.sh ]; then
+if [ "${TB_SKIP_FUZZ:-0}" != "1" ] && [ -f tools/fuzz.sh ]; then
   echo "== fuzz harnesses"
+  if ! command -v clang >/dev/null 2>&1; then
+    echo "installing clang (libFuzzer, ASan, UBSan)"
+    (apt-get update -qq && apt-get install -y -qq clang >/dev/null) || { echo "could not install clang" >&2; exit 1; }
+  fi
   bash tools/fuzz.sh "${TB_FUZZ_SECONDS:-60}"
 fi
 

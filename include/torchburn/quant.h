@@ -125,6 +125,16 @@ TB_API TB_NODISCARD tb_status tb_quant_kernel_from_name(const char *name, tb_qua
 /* The family AUTO resolves to for `act` under the active ISA level. */
 TB_API tb_quant_kernel tb_quant_kernel_resolve(tb_quant_kernel kernel, tb_quant_act act);
 
+/* ---- benchmark support ---- */
+
+/* Measures memory read bandwidth the way the GEMV benchmark reads weights: allocates and touches
+ * buffer_bytes, then reads it in slices of slice_bytes (rotating, so a slice is never cache-hot when
+ * buffer_bytes is several times the last-level cache), split over the current thread count. Reports
+ * the best and the median GB/s over `slices` timed slices (the best is the figure to compare against on
+ * a shared machine; noise only ever slows a slice down). */
+TB_API TB_NODISCARD tb_status tb_quant_read_bandwidth(size_t buffer_bytes, size_t slice_bytes, int slices,
+                                                      double *best_gbps, double *median_gbps);
+
 #ifdef __cplusplus
 }
 #endif
