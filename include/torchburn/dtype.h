@@ -44,8 +44,8 @@ typedef struct tb_dtype_traits {
     bool is_floating;
     bool is_signed;
     tb_to_f32_fn to_f32;
-    tb_from_f32_fn from_f32; /* floats round to nearest even; ints truncate toward zero like a C cast,
-                                with NaN -> 0 and saturation at the type's range; bool is x != 0 */
+    tb_from_f32_fn from_f32; /* floats round to nearest even; ints as tb_float_to_int_like_torch;
+                                bool is x != 0 (NaN is true) */
 } tb_dtype_traits;
 
 /* The trait table, indexed by tb_dtype. */
@@ -56,6 +56,12 @@ static inline size_t tb_dtype_size(tb_dtype dtype) { return tb_dtype_table[dtype
 static inline const char *tb_dtype_name(tb_dtype dtype) {
     return tb_dtype_valid((int)dtype) ? tb_dtype_table[dtype].name : "invalid";
 }
+
+/* Float -> integer conversion matching PyTorch's CPU casts on x86-64: truncation toward zero through
+ * int32 (int64 for TB_I64); NaN and out-of-range values give INT32_MIN / INT64_MIN; narrower targets
+ * keep the low bits of the int32 (so -3.0 -> uint8 is 253). Returns the value to store after
+ * narrowing with a plain integer cast. */
+TB_API int64_t tb_float_to_int_like_torch(double value, tb_dtype dtype);
 
 /* Looks a dtype up by name ("float32", "f32", "bfloat16", ...). */
 TB_API tb_status tb_dtype_from_name(const char *name, tb_dtype *out);

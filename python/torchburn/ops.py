@@ -34,8 +34,10 @@ _DTYPE_NAMES = {"float32", "float64", "float16", "bfloat16", "int8", "uint8", "i
 
 
 def _kind(x: Any) -> str:
+    if isinstance(x, _C.Tensor):
+        return "torchburn"
     module = type(x).__module__
-    if module.startswith("torch"):
+    if module == "torch" or module.startswith("torch."):
         return "torch"
     if module.startswith("numpy"):
         return "numpy"

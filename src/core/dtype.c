@@ -40,28 +40,32 @@ static void from_f32_bf16(const float *src, void *dst, int64_t count) {
         out[i] = tb_f32_to_bf16(src[i]);
 }
 
-/* f32 -> integer: truncate toward zero, NaN -> 0, saturate at the range (C leaves these undefined). */
-#define TB_DEFINE_F32_TO_INT(suffix, type, lo, hi)                              \
-    static void from_f32_##suffix(const float *src, void *dst, int64_t count) { \
-        type *out = (type *)dst;                                                \
-        for (int64_t i = 0; i < count; i++) {                                   \
-            float v = src[i];                                                   \
-            if (isnan(v))                                                       \
-                out[i] = 0;                                                     \
-            else if (v <= (float)(lo))                                          \
-                out[i] = (lo);                                                  \
-            else if (v >= (float)(hi))                                          \
-                out[i] = (hi);                                                  \
-            else                                                                \
-                out[i] = (type)v;                                               \
-        }                                                                       \
+/* float -> integer the way PyTorch's CPU casts behave on x86-64 (C leaves this undefined): truncate
+ * toward zero into int32 (int64 for int64 targets); NaN and values outside that range give the
+ * "integer indefinite" INT32_MIN / INT64_MIN; narrower types keep the low bits (wrap). */
+int64_t tb_float_to_int_like_torch(double value, tb_dtype dtype) {
+    if (dtype == TB_I64) {
+        if (!(value > -9223372036854775808.0 - 1.0 && value < 9223372036854775808.0))
+            return INT64_MIN;
+        return (int64_t)value;
+    }
+    if (!(value > -2147483649.0 && value < 2147483648.0))
+        return INT32_MIN;
+    return (int32_t)value;
+}
+
+#define TB_DEFINE_F32_TO_INT(suffix, type, dtype)                                 \
+    static void from_f32_##suffix(const float *src, void *dst, int64_t count) {   \
+        type *out = (type *)dst;                                                  \
+        for (int64_t i = 0; i < count; i++)                                       \
+            out[i] = (type)(uint64_t)tb_float_to_int_like_torch(src[i], dtype);   \
     }
 
-TB_DEFINE_F32_TO_INT(i8, int8_t, INT8_MIN, INT8_MAX)
-TB_DEFINE_F32_TO_INT(u8, uint8_t, 0, UINT8_MAX)
-TB_DEFINE_F32_TO_INT(i16, int16_t, INT16_MIN, INT16_MAX)
-TB_DEFINE_F32_TO_INT(i32, int32_t, INT32_MIN, INT32_MAX)
-TB_DEFINE_F32_TO_INT(i64, int64_t, INT64_MIN, INT64_MAX)
+TB_DEFINE_F32_TO_INT(i8, int8_t, TB_I8)
+TB_DEFINE_F32_TO_INT(u8, uint8_t, TB_U8)
+TB_DEFINE_F32_TO_INT(i16, int16_t, TB_I16)
+TB_DEFINE_F32_TO_INT(i32, int32_t, TB_I32)
+TB_DEFINE_F32_TO_INT(i64, int64_t, TB_I64)
 
 static void from_f32_bool(const float *src, void *dst, int64_t count) {
     uint8_t *out = (uint8_t *)dst;

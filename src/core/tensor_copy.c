@@ -73,12 +73,9 @@ static void store_double(char *p, tb_dtype dtype, double v) {
     case TB_F16: { uint16_t x = tb_f32_to_f16((float)v); memcpy(p, &x, 2); break; }
     case TB_BF16: { uint16_t x = tb_f32_to_bf16((float)v); memcpy(p, &x, 2); break; }
     case TB_BOOL: *(uint8_t *)p = v != 0; break;
-    default: {
-        /* float -> int: truncate; NaN/out of range are undefined in torch; we saturate through f32 rules */
-        float f = (float)v;
-        tb_dtype_table[dtype].from_f32(&f, p, 1);
+    default:
+        store_int(p, dtype, tb_float_to_int_like_torch(v, dtype));
         break;
-    }
     }
 }
 

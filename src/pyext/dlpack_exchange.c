@@ -226,7 +226,8 @@ static int import_dlpack(PyObject *object, const char *name, tb_tensor *out) {
     if (check_dlpack_device(object, name) != 0)
         return -1;
     PyObject *capsule = call_dlpack(object);
-    if (!capsule && PyErr_ExceptionMatches(PyExc_RuntimeError) && PyObject_HasAttrString(object, "detach")) {
+    if (!capsule && (PyErr_ExceptionMatches(PyExc_RuntimeError) || PyErr_ExceptionMatches(PyExc_BufferError)) &&
+        PyObject_HasAttrString(object, "detach")) {
         /* torch refuses to export tensors that require grad: read a detached view instead */
         PyErr_Clear();
         PyObject *detached = PyObject_CallMethod(object, "detach", NULL);

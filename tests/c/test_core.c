@@ -74,8 +74,11 @@ static void test_half_conversions(void) {
     TB_CHECK(tb_dtype_from_name("complex64", &d) == TB_ERR_DTYPE);
     float values[4] = {NAN, 1e10f, -1e10f, -3.7f};
     int32_t ints[4];
+    uint8_t bytes[4];
     tb_dtype_table[TB_I32].from_f32(values, ints, 4);
-    TB_CHECK(ints[0] == 0 && ints[1] == INT32_MAX && ints[2] == INT32_MIN && ints[3] == -3);
+    TB_CHECK(ints[0] == INT32_MIN && ints[1] == INT32_MIN && ints[2] == INT32_MIN && ints[3] == -3);
+    tb_dtype_table[TB_U8].from_f32(values, bytes, 4);
+    TB_CHECK(bytes[0] == 0 && bytes[3] == 253);
 }
 
 static void test_allocator(void) {

@@ -60,7 +60,12 @@ def test_unary(isa, name):
             if name in ("log", "sqrt", "rsqrt"):
                 x = x.abs() + 1e-3
             check(ours(x), theirs(x), **tol, msg=lambda m: f"{name} n={n} {layout}: {m}")
-    check(ours(SPECIALS), theirs(SPECIALS), **tol)
+    expected = theirs(SPECIALS)
+    if name == "gelu":
+        # Documented deviation: PyTorch 2.13's CPU kernel returns NaN for gelu(+inf); the function's
+        # value there is +inf (x * Phi(x) with Phi(+inf) = 1), which is what we return.
+        expected[SPECIALS == float("inf")] = float("inf")
+    check(ours(SPECIALS), expected, **tol)
     check(ours(torch.tensor(0.7)), theirs(torch.tensor(0.7)), **tol)  # 0-dim
     wide = torch.linspace(-100, 100, 4001)
     check(ours(wide), theirs(wide), **tol)
