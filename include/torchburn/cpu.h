@@ -13,8 +13,8 @@ extern "C" {
 
 typedef enum tb_isa {
     TB_ISA_SCALAR = 0, /* portable C reference kernels */
-    TB_ISA_AVX2,       /* AVX2 + FMA + F16C */
-    TB_ISA_AVX512,     /* AVX-512 F + BW + VL + DQ (+ VNNI/BF16 kernels when present) */
+    TB_ISA_AVX2,       /* AVX2 + FMA + F16C + BMI2 */
+    TB_ISA_AVX512,     /* AVX-512 F + BW + VL + DQ, and the AVX2 set (+ VNNI kernels when present) */
     TB_ISA_NEON,       /* aarch64 Advanced SIMD */
     TB_ISA_COUNT
 } tb_isa;

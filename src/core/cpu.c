@@ -98,13 +98,13 @@ bool tb_isa_supported(tb_isa isa) {
         return true;
     case TB_ISA_AVX2:
 #ifdef TB_HAVE_X86
-        return f->avx2 && f->fma && f->f16c;
+        return f->avx2 && f->fma && f->f16c && f->bmi2;
 #else
         return false;
 #endif
     case TB_ISA_AVX512:
 #ifdef TB_HAVE_X86
-        return f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx2 && f->fma && f->f16c;
+        return f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx2 && f->fma && f->f16c && f->bmi2;
 #else
         return false;
 #endif

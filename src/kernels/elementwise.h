@@ -112,9 +112,10 @@ typedef void (*tb_arg_reduce_kernel)(const float *x, int64_t outer, int64_t len,
 typedef void (*tb_var_kernel)(const float *x, int64_t outer, int64_t len, int64_t inner, int64_t correction,
                               float *mean_out, float *var_out);
 
-/* softmax / log_softmax along the middle dim of [outer, len, inner]; y may equal x. Single pass with an
- * online max for inner == 1 rows (two sweeps over the data: stats, then write). A row of all -inf
- * gives NaN (PyTorch does the same). */
+/* softmax / log_softmax along the middle dim of [outer, len, inner]; y may equal x. Rows (inner == 1)
+ * shorter than 65,536 take three cache-resident sweeps (max, exp-and-sum, scale) with one exp per
+ * element; longer rows use an online max+sum sweep and a write sweep. A row of all -inf gives NaN
+ * (PyTorch does the same). */
 typedef void (*tb_softmax_kernel)(const float *x, float *y, int64_t outer, int64_t len, int64_t inner, bool log);
 
 /* LayerNorm over the last `len` elements of each of `rows` contiguous rows:
@@ -131,7 +132,8 @@ typedef void (*tb_rms_norm_kernel)(const float *x, const float *weight, float *y
  * (a, b) -> (a*cos - b*sin, b*cos + a*sin). y may equal x. */
 typedef void (*tb_rope_kernel)(const float *x, const float *cos, const float *sin, float *y, int64_t half, bool interleaved);
 
-/* Bulk conversions (F16C / AVX-512 BF16 where present); same rounding as tb_f32_to_f16/bf16. */
+/* Bulk conversions (F16C for f16; integer code for bf16 — the AVX-512 BF16 instruction flushes
+ * denormals, so it is not used); same rounding as tb_f32_to_f16/bf16. */
 typedef void (*tb_f16_to_f32_kernel)(const uint16_t *x, float *y, int64_t n);
 typedef void (*tb_f32_to_f16_kernel)(const float *x, uint16_t *y, int64_t n);
 
