@@ -1,10 +1,14 @@
 /* Persistent pthread pool behind tb_parallel_for.
  *
- * One job at a time: the caller publishes (fn, context, chunk count), bumps `generation`, and runs
- * chunks itself as thread 0 while workers claim chunks from an atomic counter. Workers spin on
- * `generation` for a short while after each job (so back-to-back loops fan out in ~1 µs) and then
- * sleep on a condition variable. A caller that finds the pool busy runs its loop inline. After
- * fork() the child abandons the parent's pool (its threads do not exist there) and builds a new one. */
+ * One job at a time. Chunks are claimed from `claim`, a 64-bit word holding (job tag << 32 | next
+ * chunk index): a claim succeeds only for the current job's tag, so a worker that wakes late can never
+ * take a chunk of a later job, and the caller waits only for chunks actually claimed (counted in
+ * `done`), not for every worker to check in — a descheduled worker costs nothing. The caller closes
+ * the claim word while it writes a job's fields and opens it (release) afterwards; a worker reads the
+ * fields only after a successful claim (acquire). Workers spin on `generation` for a short while
+ * after each job (back-to-back loops fan out in about a microsecond) and then sleep on a condition
+ * variable. A caller that finds the pool busy runs its loop inline. After fork() the child abandons
+ * the parent's pool (its threads do not exist there) and builds a new one. */
 #include "torchburn/thread_pool.h"
 
 #include <dirent.h>
@@ -37,13 +41,16 @@ typedef struct pool {
     atomic_uint_fast64_t generation;  /* bumped to publish a job */
     atomic_int sleepers;
     atomic_bool shutting_down;
-    /* the current job */
+    /* the current job: fields written while `claim` is closed */
     tb_parallel_fn fn;
     void *context;
     int64_t count, chunk_size, chunk_count;
-    atomic_int_fast64_t next_chunk;
-    atomic_int busy_workers;
+    uint32_t tag;
+    _Atomic uint64_t claim;   /* tag << 32 | next chunk index (TB_CLAIM_CLOSED while writing) */
+    atomic_int_fast64_t done; /* chunks finished */
 } pool;
+
+#define TB_CLAIM_CLOSED 0xffffffffu
 
 typedef struct worker_start {
     pool *owner;
@@ -57,17 +64,25 @@ static _Thread_local int in_parallel_region;
 static _Thread_local int current_thread_index;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static void run_chunks(pool *p, int thread_index) {
+/* Claims and runs chunks of the job tagged `tag` until none are left. */
+static void run_chunks(pool *p, uint32_t tag, int thread_index) {
     int previous_region = in_parallel_region;
     in_parallel_region = 1;
     current_thread_index = thread_index;
     for (;;) {
-        int64_t chunk = atomic_fetch_add_explicit(&p->next_chunk, 1, memory_order_relaxed);
-        if (chunk >= p->chunk_count)
+        uint64_t word = atomic_load_explicit(&p->claim, memory_order_acquire);
+        uint32_t index = (uint32_t)word;
+        if ((uint32_t)(word >> 32) != tag || index == TB_CLAIM_CLOSED)
             break;
-        int64_t begin = chunk * p->chunk_size;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &word, word + 1, memory_order_acquire,
+                                                   memory_order_relaxed))
+            continue;
+        if ((int64_t)index >= p->chunk_count)
+            break; /* over-claimed past the end: harmless, the job's chunks are all taken */
+        int64_t begin = (int64_t)index * p->chunk_size;
         int64_t end = begin + p->chunk_size < p->count ? begin + p->chunk_size : p->count;
         p->fn(p->context, begin, end, thread_index);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
     in_parallel_region = previous_region;
 }
@@ -99,8 +114,8 @@ static void *worker_main(void *arg) {
         if (atomic_load(&p->shutting_down))
             return NULL;
         seen = now;
-        run_chunks(p, start.index);
-        atomic_fetch_sub_explicit(&p->busy_workers, 1, memory_order_release);
+        uint32_t tag = (uint32_t)(atomic_load_explicit(&p->claim, memory_order_acquire) >> 32);
+        run_chunks(p, tag, start.index);
     }
 }
 
@@ -292,21 +307,28 @@ void tb_parallel_for(int64_t count, int64_t grain, tb_parallel_fn fn, void *cont
     int64_t chunk_size = (count + target_chunks - 1) / target_chunks;
     if (chunk_size < grain)
         chunk_size = grain;
+    int64_t chunk_count = (count + chunk_size - 1) / chunk_size;
+    if (chunk_count >= (int64_t)TB_CLAIM_CLOSED) { /* more chunks than the claim word can index */
+        chunk_size = (count + TB_CLAIM_CLOSED - 2) / (TB_CLAIM_CLOSED - 1);
+        chunk_count = (count + chunk_size - 1) / chunk_size;
+    }
+    uint32_t tag = ++p->tag;
+    atomic_store_explicit(&p->claim, (uint64_t)tag << 32 | TB_CLAIM_CLOSED, memory_order_release);
     p->fn = fn;
     p->context = context;
     p->count = count;
     p->chunk_size = chunk_size;
-    p->chunk_count = (count + chunk_size - 1) / chunk_size;
-    atomic_store_explicit(&p->next_chunk, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->busy_workers, p->thread_count - 1, memory_order_relaxed);
+    p->chunk_count = chunk_count;
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->claim, (uint64_t)tag << 32, memory_order_release); /* open */
     atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with the sleepers count */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->sleep_lock);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->sleep_lock);
     }
-    run_chunks(p, 0);
-    while (atomic_load_explicit(&p->busy_workers, memory_order_acquire) > 0)
+    run_chunks(p, tag, 0);
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < chunk_count)
         tb_cpu_relax();
     pthread_mutex_unlock(&p->submit_lock);
 }

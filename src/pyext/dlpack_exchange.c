@@ -222,10 +222,64 @@ static int check_dlpack_device(PyObject *object, const char *name) {
     return 0;
 }
 
+/* torch.utils.dlpack.to_dlpack, cached: for torch tensors it makes a capsule in ~0.2 us where the
+ * __dlpack__ protocol method (with its stream/device argument handling in Python) takes ~2 us. */
+static PyObject *torch_to_dlpack;
+
+static int is_torch_tensor(PyObject *object) {
+    PyTypeObject *type = Py_TYPE(object);
+    for (; type; type = type->tp_base) {
+        if (strcmp(type->tp_name, "Tensor") == 0) {
+            PyObject *module = PyObject_GetAttrString((PyObject *)type, "__module__");
+            int is_torch = module && PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "torch") == 0;
+            Py_XDECREF(module);
+            PyErr_Clear();
+            return is_torch;
+        }
+    }
+    return 0;
+}
+
+static PyObject *call_torch_to_dlpack(PyObject *object) {
+    if (!torch_to_dlpack) {
+        PyObject *module = PyImport_ImportModule("torch.utils.dlpack");
+        if (!module)
+            return NULL;
+        torch_to_dlpack = PyObject_GetAttrString(module, "to_dlpack");
+        Py_DECREF(module);
+        if (!torch_to_dlpack)
+            return NULL;
+    }
+    return PyObject_CallOneArg(torch_to_dlpack, object);
+}
+
 static int import_dlpack(PyObject *object, const char *name, tb_tensor *out) {
+    PyObject *capsule = NULL;
+    if (is_torch_tensor(object)) {
+        /* checks the device first: to_dlpack would happily export a CUDA tensor */
+        PyObject *device = PyObject_GetAttrString(object, "is_cuda");
+        int on_cpu = 0;
+        if (device) {
+            PyObject *is_cpu = PyObject_GetAttrString(object, "is_cpu");
+            on_cpu = is_cpu == Py_True;
+            Py_XDECREF(is_cpu);
+            Py_DECREF(device);
+        }
+        PyErr_Clear();
+        if (on_cpu) {
+            capsule = call_torch_to_dlpack(object);
+            if (!capsule)
+                PyErr_Clear(); /* requires_grad, conj bits, ...: take the general path below */
+        }
+    }
+    if (capsule) {
+        int result = import_capsule(capsule, name, out);
+        Py_DECREF(capsule);
+        return result;
+    }
     if (check_dlpack_device(object, name) != 0)
         return -1;
-    PyObject *capsule = call_dlpack(object);
+    capsule = call_dlpack(object);
     if (!capsule && (PyErr_ExceptionMatches(PyExc_RuntimeError) || PyErr_ExceptionMatches(PyExc_BufferError)) &&
         PyObject_HasAttrString(object, "detach")) {
         /* torch refuses to export tensors that require grad: read a detached view instead */

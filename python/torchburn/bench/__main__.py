@@ -15,6 +15,9 @@ SUITES = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUITES:  # the suite parses its own options (and its own --help)
+        module_name, function = SUITES[argv[0]]
+        return getattr(importlib.import_module(module_name), function)(argv[1:]) or 0
     parser = argparse.ArgumentParser(
         prog="python -m torchburn.bench",
         description="Benchmarks of torchburn side by side with its peers (medians and ratios, same process).",
