@@ -132,8 +132,9 @@ tb_status tb_tensor_empty(tb_dtype dtype, int ndim, const int64_t *shape, unsign
     out->storage = storage;
     out->dtype = dtype;
     out->ndim = ndim;
-    memcpy(out->shape, shape, (size_t)ndim * sizeof(int64_t));
-    tb_contiguous_strides(ndim, shape, out->strides);
+    if (ndim > 0) /* shape may be NULL for 0-dim tensors */
+        memcpy(out->shape, shape, (size_t)ndim * sizeof(int64_t));
+    tb_contiguous_strides(ndim, out->shape, out->strides);
     out->offset = 0;
     return TB_OK;
 }
@@ -172,8 +173,10 @@ tb_status tb_tensor_from_storage(tb_storage *storage, tb_dtype dtype, int ndim, 
     out->storage = storage;
     out->dtype = dtype;
     out->ndim = ndim;
-    memcpy(out->shape, shape, (size_t)ndim * sizeof(int64_t));
-    memcpy(out->strides, strides, (size_t)ndim * sizeof(int64_t));
+    if (ndim > 0) {
+        memcpy(out->shape, shape, (size_t)ndim * sizeof(int64_t));
+        memcpy(out->strides, strides, (size_t)ndim * sizeof(int64_t));
+    }
     out->offset = offset;
     return TB_OK;
 }

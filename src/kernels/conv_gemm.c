@@ -1,0 +1,91 @@
+/* The packed convolution GEMM driver (contract in kernels/conv_gemm.h) on the GEMM micro-kernels of
+ * kernels/gemm_internal.h. Packed layouts: an A panel holds MR weight rows k-major
+ * (a[p * MR + i]), a B panel NR output columns k-major (b[p * NR + j]), each over the whole K, so
+ * the rows [p0, p0 + kc) of a k block start at p0 * MR (p0 * NR) and need no repacking. */
+#include <string.h>
+
+#include "kernels/conv_gemm.h"
+#include "kernels/gemm_internal.h"
+
+static const tb_gemm_microkernel *microkernel_for(tb_isa isa) {
+    if (!tb_isa_supported(isa))
+        return &tb_gemm_microkernel_ref;
+#if defined(TB_HAVE_X86)
+    if (isa == TB_ISA_AVX512)
+        return &tb_gemm_microkernel_avx512;
+    if (isa == TB_ISA_AVX2)
+        return &tb_gemm_microkernel_avx2;
+#endif
+    (void)isa;
+    return &tb_gemm_microkernel_ref;
+}
+
+void tb_conv_gemm_init(tb_conv_gemm *plan, tb_isa isa, int64_t m, int64_t k) {
+    const tb_gemm_microkernel *uk = microkernel_for(isa);
+    plan->microkernel = uk;
+    plan->mr = uk->mr;
+    plan->nr = uk->nr;
+    plan->kc = uk->kc;
+    plan->m = m;
+    plan->k = k;
+    plan->m_panels = (m + uk->mr - 1) / uk->mr;
+    plan->im2col_panel = tb_nn_kernels_for(isa)->im2col_panel;
+}
+
+int64_t tb_conv_gemm_weight_floats(const tb_conv_gemm *plan) { return plan->m_panels * plan->mr * plan->k; }
+
+/* One NR x K panel plus TB_PANEL_SLACK floats that the SIMD im2col may overrun with whole vectors. */
+int64_t tb_conv_gemm_scratch_floats(const tb_conv_gemm *plan) {
+    return plan->nr * (plan->k > 0 ? plan->k : 1) + TB_PANEL_SLACK;
+}
+
+void tb_conv_gemm_pack_weight(const tb_conv_gemm *plan, const float *w, float *packed) {
+    for (int64_t panel = 0; panel < plan->m_panels; panel++) {
+        int64_t row0 = panel * plan->mr;
+        int rows = (int)(plan->m - row0 < plan->mr ? plan->m - row0 : plan->mr);
+        tb_gemm_pack_a_portable(w + row0 * plan->k, plan->k, 1, rows, plan->k, plan->mr, packed + row0 * plan->k);
+    }
+}
+
+void tb_conv_gemm_run(const tb_conv_gemm *plan, const float *packed_weight, const tb_window_geometry *g,
+                      const float *x, int64_t col_begin, int64_t col_end, float *scratch, float *y, int64_t ldy,
+                      const float *bias, tb_activation activation, const float *residual) {
+    const tb_gemm_microkernel *uk = plan->microkernel;
+    const int mr = plan->mr, nr = plan->nr;
+    const int64_t k = plan->k, m = plan->m;
+    bool has_epilogue = bias || activation != TB_ACTIVATION_NONE || residual;
+    for (int64_t j0 = col_begin; j0 < col_end; j0 += nr) {
+        int cols = (int)(col_end - j0 < nr ? col_end - j0 : nr);
+        /* im2col of these columns, written as one k-major B panel; all weight panels then run over it
+         * while it sits in L1 */
+        float *panel = scratch;
+        plan->im2col_panel(g, x, j0, cols, nr, panel);
+        for (int64_t p0 = 0; p0 < k || p0 == 0; p0 += plan->kc) {
+            int64_t kcur = k - p0 < plan->kc ? k - p0 : plan->kc;
+            bool first = p0 == 0, last = p0 + kcur >= k;
+            for (int64_t panel_index = 0; panel_index < plan->m_panels; panel_index++) {
+                int64_t row0 = panel_index * mr;
+                int rows = (int)(m - row0 < mr ? m - row0 : mr);
+                float *c = y + row0 * ldy + j0;
+                if (kcur > 0)
+                    uk->kernel(kcur, packed_weight + row0 * k + p0 * mr, panel + p0 * nr, c, ldy, rows, cols, 1.0f,
+                               first ? 0.0f : 1.0f);
+                else
+                    for (int i = 0; i < rows; i++)
+                        memset(c + i * ldy, 0, (size_t)cols * sizeof(float));
+                if (last && has_epilogue) {
+                    tb_gemm_epilogue e = {
+                        .bias_kind = bias ? TB_BIAS_PER_ROW : TB_BIAS_NONE,
+                        .bias = bias ? bias + row0 : NULL,
+                        .activation = activation,
+                        .residual = residual ? residual + row0 * ldy + j0 : NULL,
+                        .residual_row_stride = ldy,
+                    };
+                    uk->epilogue(c, ldy, rows, cols, &e);
+                }
+            }
+            if (k == 0)
+                break;
+        }
+    }
+}

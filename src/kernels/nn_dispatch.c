@@ -1,0 +1,37 @@
+/* Selection of the per-ISA convolution helpers (kernels/nn_kernels.h): the reference table, and the
+ * AVX2 / AVX-512 ones when compiled in and supported by this CPU. */
+#include "kernels/nn_kernels.h"
+
+static const tb_nn_kernels nn_kernels_ref = {
+    .isa_name = "scalar",
+    .im2col_panel = tb_im2col_panel_ref,
+    .conv2d_plane = tb_conv2d_plane_f32,
+    .max_pool2d_plane = tb_max_pool2d_plane_f32,
+};
+
+#if defined(TB_HAVE_X86)
+static const tb_nn_kernels nn_kernels_avx2 = {
+    .isa_name = "avx2",
+    .im2col_panel = tb_im2col_panel_avx2,
+    .conv2d_plane = tb_conv2d_plane_avx2,
+    .max_pool2d_plane = tb_max_pool2d_plane_avx2,
+};
+
+static const tb_nn_kernels nn_kernels_avx512 = {
+    .isa_name = "avx512",
+    .im2col_panel = tb_im2col_panel_avx512,
+    .conv2d_plane = tb_conv2d_plane_avx512,
+    .max_pool2d_plane = tb_max_pool2d_plane_avx512,
+};
+#endif
+
+const tb_nn_kernels *tb_nn_kernels_for(tb_isa isa) {
+#if defined(TB_HAVE_X86)
+    if (isa == TB_ISA_AVX512 && tb_isa_supported(TB_ISA_AVX512))
+        return &nn_kernels_avx512;
+    if (isa == TB_ISA_AVX2 && tb_isa_supported(TB_ISA_AVX2))
+        return &nn_kernels_avx2;
+#endif
+    (void)isa;
+    return &nn_kernels_ref;
+}

@@ -1,0 +1,117 @@
+/* Contracts of the convolution-support and pooling kernels (f32, single-threaded, never allocate).
+ * The ops layer (src/ops/ops_conv*.c, ops_pool.c) splits work over threads and handles dtypes.
+ *
+ * A "plane" is one H x W channel image stored row-major and contiguous. Output positions of a
+ * convolution or pooling window are numbered j = oh * out_w + ow. */
+#ifndef TORCHBURN_KERNELS_NN_KERNELS_H
+#define TORCHBURN_KERNELS_NN_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "torchburn/cpu.h"
+
+/* Geometry of a 2-D window sweep (convolution or pooling) over `channels` contiguous planes.
+ * Input row ih of output row oh and kernel row kh is oh * stride_h - pad_top + kh * dilation_h (same
+ * for columns with pad_left); positions outside [0, in_h) x [0, in_w) read as zero. */
+typedef struct tb_window_geometry {
+    int64_t channels;
+    int64_t in_h, in_w, out_h, out_w;
+    int64_t kernel_h, kernel_w;
+    int64_t stride_h, stride_w;
+    int64_t pad_top, pad_left;
+    int64_t dilation_h, dilation_w;
+} tb_window_geometry;
+
+/* im2col over output columns [col_begin, col_end):
+ *   col[r * ld + (j - col_begin)] = x[c, ih, iw] (or 0), r = (c * kernel_h + kh) * kernel_w + kw,
+ * for c < channels. x is `channels` planes; ld >= col_end - col_begin. */
+void tb_im2col_f32(const tb_window_geometry *g, const float *x, int64_t col_begin, int64_t col_end, float *col,
+                   int64_t ld);
+
+/* The adjoint of im2col over output columns [col_begin, col_end) (col row stride ld): for every
+ * in-range (ih, iw), x[c, ih, iw] += col[r * ld + (j - col_begin)], for all `channels` planes. x must
+ * be initialised (usually zeros). */
+void tb_col2im_f32(const tb_window_geometry *g, const float *col, int64_t col_begin, int64_t col_end, int64_t ld,
+                   float *x);
+
+/* One output row's run of the columns [j0, j0 + cols) of a panel: output row oh, columns
+ * [ow0, ow0 + len), stored at panel column `dst`. */
+typedef struct tb_panel_segment {
+    int64_t oh, ow0;
+    int len, dst;
+} tb_panel_segment;
+
+/* Splits columns [j0, j0 + cols) into per-output-row segments (at most cols of them). Returns the count. */
+static inline int tb_panel_segments(const tb_window_geometry *g, int64_t j0, int cols, tb_panel_segment *segments) {
+    int count = 0;
+    for (int t = 0; t < cols;) {
+        int64_t j = j0 + t;
+        int64_t oh = j / g->out_w, ow0 = j % g->out_w;
+        int len = (int)(g->out_w - ow0 < cols - t ? g->out_w - ow0 : cols - t);
+        segments[count++] = (tb_panel_segment){.oh = oh, .ow0 = ow0, .len = len, .dst = t};
+        t += len;
+    }
+    return count;
+}
+
+/* im2col of output columns [j0, j0 + cols) into one k-major GEMM B panel:
+ *   panel[r * nr + (j - j0)] = x[c, ih, iw] (or 0), r = (c * kernel_h + kh) * kernel_w + kw,
+ * with panel columns [cols, nr) zeroed. cols <= nr <= 64. The buffer must have TB_PANEL_SLACK floats
+ * beyond the K * nr panel: SIMD versions write whole vectors and may spill into them. */
+enum { TB_PANEL_SLACK = 64 };
+typedef void (*tb_im2col_panel_fn)(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr,
+                                   float *panel);
+
+/* Direct convolution of one input plane with one kernel_h x kernel_w filter (channels ignored):
+ * y[oh, ow] = bias + sum_{kh, kw} w[kh * kernel_w + kw] * x[ih, iw] (zero outside), taps added in
+ * (kh, kw) order. Used for groups with a single input channel (depthwise), where im2col + GEMM would
+ * be a matrix-vector product. */
+void tb_conv2d_plane_f32(const tb_window_geometry *g, const float *x, const float *w, float bias, float *y);
+typedef void (*tb_conv2d_plane_fn)(const tb_window_geometry *g, const float *x, const float *w, float bias, float *y);
+
+/* Max pooling of one plane (channels ignored): y[j] = the max over the window, NaN winning (the last
+ * NaN seen, scanning rows then columns, as PyTorch), index[j] = ih * in_w + iw of the winner (the
+ * first in-range element of the window when all are -inf). index may be NULL. */
+void tb_max_pool2d_plane_f32(const tb_window_geometry *g, const float *x, float *y, int64_t *index);
+typedef void (*tb_max_pool2d_plane_fn)(const tb_window_geometry *g, const float *x, float *y, int64_t *index);
+void tb_max_pool2d_plane_avx2(const tb_window_geometry *g, const float *x, float *y, int64_t *index);
+void tb_max_pool2d_plane_avx512(const tb_window_geometry *g, const float *x, float *y, int64_t *index);
+
+/* Average pooling of one plane (dilation must be 1). The window [oh*s - pad, oh*s - pad + kernel) is
+ * cut at in + pad for the count_include_pad divisor and at the input edges for the sum; the divisor is
+ * divisor_override when > 0, else the cut window area (count_include_pad) or the in-range area. */
+void tb_avg_pool2d_plane_f32(const tb_window_geometry *g, bool count_include_pad, int64_t divisor_override,
+                             const float *x, float *y);
+/* Its adjoint: dx (zero-initialised plane) += the share of each dy[j] in its window. */
+void tb_avg_pool2d_backward_plane_f32(const tb_window_geometry *g, bool count_include_pad, int64_t divisor_override,
+                                      const float *dy, float *dx);
+
+/* Adaptive pooling of one plane: window (oh, ow) spans rows [floor(oh * in_h / out_h),
+ * ceil((oh + 1) * in_h / out_h)) and likewise for columns. Max: NaN wins as above; index may be NULL. */
+void tb_adaptive_avg_pool2d_plane_f32(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, const float *x,
+                                      float *y);
+void tb_adaptive_avg_pool2d_backward_plane_f32(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w,
+                                               const float *dy, float *dx);
+void tb_adaptive_max_pool2d_plane_f32(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, const float *x,
+                                      float *y, int64_t *index);
+
+/* Per-ISA versions of the hot helpers: the SIMD im2col and plane convolution handle stride-1 rows and
+ * fall back to the reference for other strides; the SIMD max pooling handles any window (gathers). */
+typedef struct tb_nn_kernels {
+    const char *isa_name;
+    tb_im2col_panel_fn im2col_panel;
+    tb_conv2d_plane_fn conv2d_plane;
+    tb_max_pool2d_plane_fn max_pool2d_plane;
+} tb_nn_kernels;
+
+void tb_im2col_panel_ref(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel);
+void tb_im2col_panel_avx2(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel);
+void tb_im2col_panel_avx512(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel);
+void tb_conv2d_plane_avx2(const tb_window_geometry *g, const float *x, const float *w, float bias, float *y);
+void tb_conv2d_plane_avx512(const tb_window_geometry *g, const float *x, const float *w, float bias, float *y);
+
+/* The table for an ISA (the reference one when it is not compiled in or not supported). */
+const tb_nn_kernels *tb_nn_kernels_for(tb_isa isa);
+
+#endif

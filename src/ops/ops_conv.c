@@ -1,0 +1,251 @@
+/* 2-D convolution forward (aten::convolution, not transposed) with a fused per-channel epilogue:
+ * im2col straight into packed GEMM panels over column tiles (kernels/conv_gemm.h), a batched GEMM on
+ * the input for 1x1 stride-1 kernels, and a direct plane kernel for groups with one input channel (depthwise). */
+#include <string.h>
+
+#include "kernels/conv_gemm.h"
+#include "ops/ops_nn_internal.h"
+
+/* Column tiles are split until there are a few tasks per thread, but never below this many columns. */
+enum { CONV_MIN_TILE = 128 };
+
+/* tb_activation -> tb_unary_op for the direct path's epilogue (-1: none). */
+static const int activation_unary[TB_ACTIVATION_COUNT] = {
+    [TB_ACTIVATION_NONE] = -1,          [TB_ACTIVATION_RELU] = TB_UNARY_RELU,
+    [TB_ACTIVATION_GELU] = TB_UNARY_GELU, [TB_ACTIVATION_GELU_TANH] = TB_UNARY_GELU_TANH,
+    [TB_ACTIVATION_SILU] = TB_UNARY_SILU, [TB_ACTIVATION_SIGMOID] = TB_UNARY_SIGMOID,
+    [TB_ACTIVATION_TANH] = TB_UNARY_TANH,
+};
+
+typedef struct conv_job {
+    const tb_conv_shape *s;
+    const float *x;        /* [N, C_in, H, W] */
+    const float *w;        /* [C_out, K], scale folded in */
+    const float *bias;     /* [C_out] (bias * scale + shift) or NULL */
+    const float *residual; /* [N, C_out, OH, OW] or NULL */
+    float *y;              /* [N, C_out, OH, OW] */
+    tb_activation activation;
+    tb_conv_gemm plan;           /* the packed GEMM path */
+    const float *packed_weight;  /* groups x tb_conv_gemm_weight_floats */
+    int64_t tile, tiles;         /* output columns per task; tasks per (image, group) */
+    tb_nn_failure failure;
+} conv_job;
+
+/* Tasks are (image, group, column tile), each a packed GEMM whose B panels are im2col'd on the fly. */
+static void conv_packed_tasks(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    conv_job *job = context;
+    const tb_conv_shape *s = job->s;
+    int64_t spatial = s->out_h * s->out_w;
+    float *scratch = tb_ops_scratch(0, tb_conv_gemm_scratch_floats(&job->plan));
+    if (!scratch) {
+        tb_nn_fail(&job->failure, TB_ERR_OUT_OF_MEMORY);
+        return;
+    }
+    int64_t weight_floats = tb_conv_gemm_weight_floats(&job->plan);
+    for (int64_t task = begin; task < end; task++) {
+        int64_t tile = task % job->tiles;
+        int64_t g = (task / job->tiles) % s->groups;
+        int64_t n = task / (job->tiles * s->groups);
+        int64_t c0 = tile * job->tile, c1 = c0 + job->tile < spatial ? c0 + job->tile : spatial;
+        const float *x = job->x + (n * s->in_channels + g * s->in_per_group) * s->in_h * s->in_w;
+        int64_t offset = (n * s->out_channels + g * s->out_per_group) * spatial;
+        tb_conv_gemm_run(&job->plan, job->packed_weight + g * weight_floats, &s->geometry, x, c0, c1, scratch,
+                         job->y + offset, spatial, job->bias ? job->bias + g * s->out_per_group : NULL,
+                         job->activation, job->residual ? job->residual + offset : NULL);
+    }
+}
+
+/* 1x1, stride 1, no padding: the input planes are the GEMM's B directly; one batched GEMM per group. */
+static tb_status conv_pointwise(conv_job *job) {
+    const tb_conv_shape *s = job->s;
+    int64_t spatial = s->out_h * s->out_w;
+    for (int64_t g = 0; g < s->groups; g++) {
+        int64_t offset = g * s->out_per_group * spatial;
+        tb_gemm_desc d = {
+            .m = s->out_per_group, .n = spatial, .k = s->k,
+            .a = job->w + g * s->out_per_group * s->k, .a_row_stride = s->k, .a_col_stride = 1,
+            .b = job->x + g * s->in_per_group * spatial, .b_row_stride = spatial, .b_col_stride = 1,
+            .c = job->y + offset, .c_row_stride = spatial,
+            .alpha = 1.0f, .beta = 0.0f,
+            .bias_kind = job->bias ? TB_BIAS_PER_ROW : TB_BIAS_NONE,
+            .bias = job->bias ? job->bias + g * s->out_per_group : NULL,
+            .activation = job->activation,
+            .residual = job->residual ? job->residual + offset : NULL, .residual_row_stride = spatial,
+            .batch = s->batch,
+            .a_batch_stride = 0, .b_batch_stride = s->in_channels * spatial,
+            .c_batch_stride = s->out_channels * spatial, .residual_batch_stride = s->out_channels * spatial,
+        };
+        TB_TRY(tb_gemm_f32(&d));
+    }
+    return TB_OK;
+}
+
+/* Tasks are output planes (image, output channel) of a one-input-channel-per-group convolution. */
+static void conv_direct_planes(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    conv_job *job = context;
+    const tb_conv_shape *s = job->s;
+    int64_t spatial = s->out_h * s->out_w;
+    const tb_elementwise_kernels *kernels = tb_elementwise_kernels_active();
+    tb_conv2d_plane_fn plane_conv = tb_nn_kernels_for(tb_isa_active())->conv2d_plane;
+    int unary = activation_unary[job->activation];
+    tb_unary_params params = {0};
+    for (int64_t task = begin; task < end; task++) {
+        int64_t n = task / s->out_channels, co = task % s->out_channels;
+        int64_t ci = co / s->out_per_group;
+        const float *x = job->x + (n * s->in_channels + ci) * s->in_h * s->in_w;
+        float *y = job->y + task * spatial;
+        plane_conv(&s->geometry, x, job->w + co * s->k, job->bias ? job->bias[co] : 0.0f, y);
+        if (unary >= 0)
+            kernels->unary[unary](y, y, spatial, &params);
+        if (job->residual) {
+            const float *r = job->residual + task * spatial;
+            for (int64_t j = 0; j < spatial; j++)
+                y[j] += r[j];
+        }
+    }
+}
+
+/* Columns per packed task: whole planes, split into NR-aligned tiles while there are fewer than four
+ * tasks per thread (and tiles stay >= CONV_MIN_TILE columns). */
+static void choose_tiles(const tb_conv_shape *s, int64_t nr, int64_t *tile_out, int64_t *tiles_out) {
+    int64_t spatial = s->out_h * s->out_w;
+    int64_t threads = tb_num_threads(), tiles = 1;
+    while (s->batch * s->groups * tiles < 4 * threads && spatial / (2 * tiles) >= CONV_MIN_TILE)
+        tiles *= 2;
+    int64_t tile = (spatial + tiles - 1) / tiles;
+    tile = (tile + nr - 1) / nr * nr;
+    if (tile > spatial)
+        tile = spatial;
+    *tile_out = tile;
+    *tiles_out = (spatial + tile - 1) / tile;
+}
+
+/* Packs every group's weights for the packed path (job->plan set). */
+static tb_status pack_weights(conv_job *job, tb_tensor *packed) {
+    const tb_conv_shape *s = job->s;
+    int64_t per_group = tb_conv_gemm_weight_floats(&job->plan);
+    int64_t count = per_group * s->groups;
+    TB_TRY(tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, packed));
+    float *out = tb_tensor_data(packed);
+    for (int64_t g = 0; g < s->groups; g++)
+        tb_conv_gemm_pack_weight(&job->plan, job->w + g * s->out_per_group * s->k, out + g * per_group);
+    job->packed_weight = out;
+    return TB_OK;
+}
+
+static tb_status conv_run(conv_job *job) {
+    const tb_conv_shape *s = job->s;
+    int64_t spatial = s->out_h * s->out_w;
+    if (s->batch == 0 || s->out_channels == 0 || spatial == 0)
+        return TB_OK;
+    const tb_window_geometry *g = &s->geometry;
+    bool pointwise = s->kernel_h == 1 && s->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+                     g->pad_top == 0 && g->pad_left == 0 && s->out_h == s->in_h && s->out_w == s->in_w;
+    if (pointwise)
+        return conv_pointwise(job);
+    atomic_init(&job->failure.status, TB_OK);
+    if (s->groups > 1 && s->in_per_group == 1) {
+        int64_t planes = s->batch * s->out_channels;
+        int64_t grain = spatial * s->k >= TB_OPS_GRAIN ? 1 : TB_OPS_GRAIN / (spatial * s->k);
+        tb_parallel_for(planes, grain, conv_direct_planes, job);
+    } else {
+        tb_conv_gemm_init(&job->plan, tb_isa_active(), s->out_per_group, s->k);
+        tb_tensor packed = {0};
+        TB_TRY(pack_weights(job, &packed));
+        choose_tiles(s, job->plan.nr, &job->tile, &job->tiles);
+        tb_parallel_for(s->batch * s->groups * job->tiles, 1, conv_packed_tasks, job);
+        tb_tensor_release(&packed);
+    }
+    tb_status status = (tb_status)atomic_load(&job->failure.status);
+    if (status != TB_OK)
+        return tb_error_set(status, "conv2d: out of memory for im2col scratch");
+    return TB_OK;
+}
+
+/* weight * scale per output row and (bias * scale + shift), into fresh f32 tensors. */
+static tb_status fold_epilogue(const tb_tensor *weight, const tb_tensor *bias, const tb_tensor *scale,
+                               const tb_tensor *shift, int64_t out_channels, int64_t k, tb_tensor *folded_weight,
+                               tb_tensor *folded_bias) {
+    const float *w = tb_tensor_data(weight);
+    const float *b = tb_nn_data(bias), *sc = tb_nn_data(scale), *sh = tb_nn_data(shift);
+    if (sc) {
+        int64_t shape[2] = {out_channels, k};
+        TB_TRY(tb_tensor_empty(TB_F32, 2, shape, TB_ALLOC_DEFAULT, folded_weight));
+        float *fw = tb_tensor_data(folded_weight);
+        for (int64_t co = 0; co < out_channels; co++)
+            for (int64_t q = 0; q < k; q++)
+                fw[co * k + q] = w[co * k + q] * sc[co];
+    } else {
+        tb_tensor_retain(weight, folded_weight);
+    }
+    if (!b && !sh)
+        return TB_OK;
+    TB_TRY(tb_tensor_empty(TB_F32, 1, &out_channels, TB_ALLOC_DEFAULT, folded_bias));
+    float *fb = tb_tensor_data(folded_bias);
+    for (int64_t co = 0; co < out_channels; co++) {
+        float value = b ? b[co] : 0.0f;
+        if (sc)
+            value *= sc[co];
+        fb[co] = value + (sh ? sh[co] : 0.0f);
+    }
+    return TB_OK;
+}
+
+tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, const tb_tensor *bias_in,
+                             const tb_conv2d_params *params, const tb_conv2d_epilogue *epilogue, tb_tensor *out) {
+    memset(out, 0, sizeof *out);
+    int activation = epilogue ? epilogue->activation : TB_ACTIVATION_NONE;
+    if (activation < 0 || activation >= TB_ACTIVATION_COUNT)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "conv2d: unknown activation %d", activation);
+    TB_TRY(tb_ops_require_float(x_in->dtype, "conv2d: input"));
+    TB_TRY(tb_ops_require_float(weight_in->dtype, "conv2d: weight"));
+    tb_dtype out_dtype = tb_ops_promote(x_in->dtype, weight_in->dtype);
+    enum { X4, X, W, BIAS, SCALE, SHIFT, FOLDED_W, FOLDED_B, RESIDUAL, RESULT, COUNT };
+    tb_tensor t[COUNT];
+    memset(t, 0, sizeof t);
+    bool unbatched = false;
+    tb_conv_shape s;
+    tb_status status = tb_nn_view_4d(x_in, "conv2d: input", &t[X4], &unbatched);
+    if (status == TB_OK)
+        status = tb_conv_check("conv2d", &t[X4], weight_in, params, &s);
+    if (status == TB_OK)
+        status = tb_nn_stage(&t[X4], "conv2d: input", &t[X]);
+    if (status == TB_OK)
+        status = tb_nn_stage(weight_in, "conv2d: weight", &t[W]);
+    if (status == TB_OK)
+        status = tb_nn_stage_vector(bias_in, s.out_channels, "conv2d: bias", &t[BIAS]);
+    if (status == TB_OK && epilogue)
+        status = tb_nn_stage_vector(epilogue->scale, s.out_channels, "conv2d: scale", &t[SCALE]);
+    if (status == TB_OK && epilogue)
+        status = tb_nn_stage_vector(epilogue->shift, s.out_channels, "conv2d: shift", &t[SHIFT]);
+    if (status == TB_OK)
+        status = fold_epilogue(&t[W], &t[BIAS], &t[SCALE], &t[SHIFT], s.out_channels, s.k, &t[FOLDED_W], &t[FOLDED_B]);
+    int64_t shape[4] = {s.batch, s.out_channels, s.out_h, s.out_w};
+    if (status == TB_OK && epilogue && epilogue->residual) {
+        /* the residual broadcasts against the caller's (possibly unbatched) output shape */
+        status = tb_nn_stage_expanded(epilogue->residual, unbatched ? 3 : 4, unbatched ? shape + 1 : shape,
+                                      "conv2d: residual", &t[RESIDUAL]);
+    }
+    if (status == TB_OK)
+        status = tb_tensor_empty(TB_F32, 4, shape, TB_ALLOC_DEFAULT, &t[RESULT]);
+    if (status == TB_OK) {
+        conv_job job = {
+            .s = &s, .x = tb_tensor_data(&t[X]), .w = tb_tensor_data(&t[FOLDED_W]), .bias = tb_nn_data(&t[FOLDED_B]),
+            .residual = tb_nn_data(&t[RESIDUAL]), .y = tb_tensor_data(&t[RESULT]), .activation = (tb_activation)activation,
+        };
+        status = conv_run(&job);
+    }
+    if (status == TB_OK)
+        status = tb_nn_drop_batch(&t[RESULT], unbatched);
+    if (status == TB_OK)
+        status = tb_ops_finish_dtype(&t[RESULT], out_dtype, out);
+    tb_nn_release_all(t, COUNT);
+    return status;
+}
+
+tb_status tb_op_conv2d(const tb_tensor *x, const tb_tensor *weight, const tb_tensor *bias,
+                       const tb_conv2d_params *params, tb_tensor *out) {
+    return tb_op_conv2d_fused(x, weight, bias, params, NULL, out);
+}

@@ -1,0 +1,217 @@
+/* 2-D convolution backward (aten::convolution_backward, not transposed): grad_input through
+ * W^T @ dY and col2im, grad_weight through dY @ im2col(x)^T accumulated over images, grad_bias as
+ * per-channel sums. Work is split into fixed slots of (image, group) tasks so the summation order,
+ * and hence the result, does not depend on thread scheduling. */
+#include <string.h>
+
+#include "ops/ops_nn_internal.h"
+
+enum { CONV_BACKWARD_TILE_FLOATS = 1 << 17, CONV_BACKWARD_TILE_ALIGN = 32 };
+
+typedef struct conv_backward_job {
+    const tb_conv_shape *s;
+    const float *dy; /* [N, C_out, OH, OW] */
+    const float *x;  /* [N, C_in, H, W] (grad_weight) */
+    const float *w;  /* [C_out, K] (grad_input) */
+    float *dx;       /* [N, C_in, H, W] zeroed, or NULL */
+    float *dw;       /* [slots, C_out, K] zeroed partial sums, or NULL */
+    int64_t slots, tasks, tile;
+    tb_nn_failure failure;
+} conv_backward_job;
+
+static tb_status backward_tile(conv_backward_job *job, int64_t n, int64_t g, int64_t c0, int64_t c1, float *col,
+                               float *dw) {
+    const tb_conv_shape *s = job->s;
+    int64_t spatial = s->out_h * s->out_w, width = c1 - c0;
+    const float *dy = job->dy + (n * s->out_channels + g * s->out_per_group) * spatial + c0;
+    int64_t in_offset = (n * s->in_channels + g * s->in_per_group) * s->in_h * s->in_w;
+    if (job->dw) {
+        /* dW_g[co, q] += sum_j dY[co, j] * col[q, j] */
+        tb_im2col_f32(&s->geometry, job->x + in_offset, c0, c1, col, width);
+        tb_gemm_desc d = {
+            .m = s->out_per_group, .n = s->k, .k = width,
+            .a = dy, .a_row_stride = spatial, .a_col_stride = 1,
+            .b = col, .b_row_stride = 1, .b_col_stride = width,
+            .c = dw + g * s->out_per_group * s->k, .c_row_stride = s->k,
+            .alpha = 1.0f, .beta = 1.0f, .batch = 1,
+        };
+        TB_TRY(tb_gemm_f32(&d));
+    }
+    if (job->dx) {
+        /* dcol[q, j] = sum_co W_g[co, q] * dY[co, j], then scattered back onto the input planes */
+        tb_gemm_desc d = {
+            .m = s->k, .n = width, .k = s->out_per_group,
+            .a = job->w + g * s->out_per_group * s->k, .a_row_stride = 1, .a_col_stride = s->k,
+            .b = dy, .b_row_stride = spatial, .b_col_stride = 1,
+            .c = col, .c_row_stride = width,
+            .alpha = 1.0f, .beta = 0.0f, .batch = 1,
+        };
+        TB_TRY(tb_gemm_f32(&d));
+        tb_col2im_f32(&s->geometry, col, c0, c1, width, job->dx + in_offset);
+    }
+    return TB_OK;
+}
+
+/* Slot `slot` handles tasks [slot * tasks / slots, (slot + 1) * tasks / slots) in order, accumulating
+ * grad_weight into its own partial buffer. */
+static void backward_slots(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    conv_backward_job *job = context;
+    const tb_conv_shape *s = job->s;
+    int64_t spatial = s->out_h * s->out_w;
+    int64_t need = s->k * job->tile;
+    float *col = tb_ops_scratch(0, need > 0 ? need : 1);
+    if (!col) {
+        tb_nn_fail(&job->failure, TB_ERR_OUT_OF_MEMORY);
+        return;
+    }
+    for (int64_t slot = begin; slot < end; slot++) {
+        float *dw = job->dw ? job->dw + slot * s->out_channels * s->k : NULL;
+        int64_t first = slot * job->tasks / job->slots, last = (slot + 1) * job->tasks / job->slots;
+        for (int64_t task = first; task < last; task++) {
+            int64_t n = task / s->groups, g = task % s->groups;
+            for (int64_t c0 = 0; c0 < spatial; c0 += job->tile) {
+                int64_t c1 = c0 + job->tile < spatial ? c0 + job->tile : spatial;
+                tb_status status = backward_tile(job, n, g, c0, c1, col, dw);
+                if (status != TB_OK) {
+                    tb_nn_fail(&job->failure, status);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+typedef struct bias_job {
+    const float *dy;
+    double *sums;
+    int64_t batch, channels, spatial;
+} bias_job;
+
+static void bias_channels(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    bias_job *job = context;
+    for (int64_t c = begin; c < end; c++) {
+        double sum = 0.0;
+        for (int64_t n = 0; n < job->batch; n++)
+            sum += tb_nn_sum(job->dy + (n * job->channels + c) * job->spatial, job->spatial);
+        job->sums[c] = sum;
+    }
+}
+
+static tb_status grad_bias_of(const tb_conv_shape *s, const float *dy, tb_dtype dtype, tb_tensor *out) {
+    tb_tensor sums = {0}, result = {0};
+    int64_t count = s->out_channels;
+    TB_TRY(tb_tensor_empty(TB_F64, 1, &count, TB_ALLOC_DEFAULT, &sums));
+    bias_job job = {.dy = dy, .sums = tb_tensor_data(&sums), .batch = s->batch, .channels = count,
+                    .spatial = s->out_h * s->out_w};
+    tb_parallel_for(count, 1, bias_channels, &job);
+    tb_status status = tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, &result);
+    if (status == TB_OK) {
+        float *r = tb_tensor_data(&result);
+        for (int64_t c = 0; c < count; c++)
+            r[c] = (float)job.sums[c];
+        status = tb_ops_finish_dtype(&result, dtype, out);
+    }
+    tb_tensor_release(&sums);
+    tb_tensor_release(&result);
+    return status;
+}
+
+tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x_in, const tb_tensor *weight,
+                                const tb_conv2d_params *params, const bool output_mask[3], tb_tensor *grad_input,
+                                tb_tensor *grad_weight, tb_tensor *grad_bias) {
+    memset(grad_input, 0, sizeof *grad_input);
+    memset(grad_weight, 0, sizeof *grad_weight);
+    memset(grad_bias, 0, sizeof *grad_bias);
+    const char *name = "convolution_backward";
+    TB_TRY(tb_ops_require_float(grad_output->dtype, "convolution_backward: grad_output"));
+    TB_TRY(tb_ops_require_float(x_in->dtype, "convolution_backward: input"));
+    TB_TRY(tb_ops_require_float(weight->dtype, "convolution_backward: weight"));
+    enum { X4, DY4, DY, X, W, DX, DW_PARTIAL, DW, COUNT };
+    tb_tensor t[COUNT];
+    memset(t, 0, sizeof t);
+    bool unbatched = false, dy_unbatched = false;
+    tb_conv_shape s;
+    tb_status status = tb_nn_view_4d(x_in, "convolution_backward: input", &t[X4], &unbatched);
+    if (status == TB_OK)
+        status = tb_nn_view_4d(grad_output, "convolution_backward: grad_output", &t[DY4], &dy_unbatched);
+    if (status == TB_OK)
+        status = tb_conv_check(name, &t[X4], weight, params, &s);
+    if (status == TB_OK) {
+        int64_t expected[4] = {s.batch, s.out_channels, s.out_h, s.out_w};
+        bool ok = unbatched == dy_unbatched;
+        for (int i = 0; ok && i < 4; i++)
+            ok = t[DY4].shape[i] == expected[i];
+        if (!ok) {
+            char a[128], b[128];
+            status = tb_error_set(TB_ERR_SHAPE, "convolution_backward: grad_output has shape %s but the convolution "
+                                  "output is %s", tb_shape_string(grad_output->ndim, grad_output->shape, a, sizeof a),
+                                  tb_shape_string(unbatched ? 3 : 4, unbatched ? expected + 1 : expected, b, sizeof b));
+        }
+    }
+    if (status == TB_OK)
+        status = tb_nn_stage(&t[DY4], "convolution_backward: grad_output", &t[DY]);
+    if (status == TB_OK && output_mask[1])
+        status = tb_nn_stage(&t[X4], "convolution_backward: input", &t[X]);
+    if (status == TB_OK && output_mask[0])
+        status = tb_nn_stage(weight, "convolution_backward: weight", &t[W]);
+    if (status == TB_OK && output_mask[0])
+        status = tb_tensor_empty(TB_F32, 4, t[X4].shape, TB_ALLOC_ZERO, &t[DX]);
+    int64_t spatial = s.out_h * s.out_w;
+    int64_t tasks = s.batch * s.groups;
+    int64_t threads = tb_num_threads();
+    int64_t slots = tasks < threads ? tasks : threads;
+    if (slots < 1)
+        slots = 1;
+    if (status == TB_OK && output_mask[1]) {
+        int64_t shape[3] = {slots, s.out_channels, s.k};
+        status = tb_tensor_empty(TB_F32, 3, shape, TB_ALLOC_ZERO, &t[DW_PARTIAL]);
+    }
+    if (status == TB_OK && (output_mask[0] || output_mask[1]) && tasks > 0 && spatial > 0 && s.k > 0) {
+        int64_t tile = CONV_BACKWARD_TILE_FLOATS / s.k;
+        tile = (tile + CONV_BACKWARD_TILE_ALIGN - 1) / CONV_BACKWARD_TILE_ALIGN * CONV_BACKWARD_TILE_ALIGN;
+        if (tile > spatial)
+            tile = spatial;
+        conv_backward_job job = {
+            .s = &s, .dy = tb_tensor_data(&t[DY]), .x = tb_nn_data(&t[X]), .w = tb_nn_data(&t[W]),
+            .dx = tb_nn_data(&t[DX]), .dw = tb_nn_data(&t[DW_PARTIAL]), .slots = slots, .tasks = tasks, .tile = tile,
+        };
+        atomic_init(&job.failure.status, TB_OK);
+        if (slots == 1)
+            backward_slots(&job, 0, 1, 0); /* outside a parallel region the GEMMs can use the threads */
+        else
+            tb_parallel_for(slots, 1, backward_slots, &job);
+        status = (tb_status)atomic_load(&job.failure.status);
+        if (status != TB_OK)
+            status = tb_error_set(status, "convolution_backward: out of memory for im2col/GEMM scratch");
+    }
+    if (status == TB_OK && output_mask[1]) {
+        status = tb_tensor_empty(TB_F32, 4, weight->shape, TB_ALLOC_DEFAULT, &t[DW]);
+        if (status == TB_OK) {
+            /* partial sums are added in slot order: deterministic for a given thread count */
+            float *dw = tb_tensor_data(&t[DW]);
+            const float *partial = tb_tensor_data(&t[DW_PARTIAL]);
+            int64_t count = s.out_channels * s.k;
+            memcpy(dw, partial, (size_t)count * sizeof(float));
+            for (int64_t slot = 1; slot < slots; slot++)
+                for (int64_t i = 0; i < count; i++)
+                    dw[i] += partial[slot * count + i];
+            status = tb_ops_finish_dtype(&t[DW], weight->dtype, grad_weight);
+        }
+    }
+    if (status == TB_OK && output_mask[0]) {
+        status = tb_nn_drop_batch(&t[DX], unbatched);
+        if (status == TB_OK)
+            status = tb_ops_finish_dtype(&t[DX], x_in->dtype, grad_input);
+    }
+    if (status == TB_OK && output_mask[2])
+        status = grad_bias_of(&s, tb_tensor_data(&t[DY]), grad_output->dtype, grad_bias);
+    tb_nn_release_all(t, COUNT);
+    if (status != TB_OK) {
+        tb_tensor_release(grad_input);
+        tb_tensor_release(grad_weight);
+        tb_tensor_release(grad_bias);
+    }
+    return status;
+}

@@ -1,0 +1,251 @@
+/* Tests of the convolution kernels: every ISA's panel im2col against the definition (exactly), the
+ * direct plane convolution and the packed conv GEMM against naive double-precision loops, guard bytes
+ * around every output, and the nn ops' argument checks (error codes, zeroed outputs, no crash). */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/conv_gemm.h"
+#include "kernels/nn_kernels.h"
+#include "tb_test.h"
+#include "torchburn/alloc.h"
+#include "torchburn/ops_nn.h"
+
+typedef struct geometry_case {
+    int64_t channels, in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, pad_top, pad_left, dilation_h, dilation_w;
+} geometry_case;
+
+static const geometry_case cases[] = {
+    {3, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1},    {2, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1}, {1, 5, 40, 3, 3, 1, 1, 1, 1, 1, 1},
+    {4, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1},    {2, 10, 17, 5, 5, 1, 1, 2, 2, 1, 1}, {2, 11, 11, 3, 3, 2, 2, 1, 1, 1, 1},
+    {1, 12, 13, 3, 2, 1, 1, 2, 0, 2, 3},  {3, 6, 6, 1, 1, 1, 1, 0, 0, 1, 1},   {1, 4, 70, 3, 7, 1, 1, 1, 3, 1, 1},
+    {2, 3, 1, 3, 1, 1, 1, 1, 0, 1, 1},    {1, 8, 8, 4, 4, 3, 2, 3, 3, 1, 1},   {1, 9, 20, 2, 9, 1, 1, 0, 8, 1, 2},
+};
+enum { CASE_COUNT = sizeof cases / sizeof cases[0] };
+
+static tb_window_geometry geometry_of(const geometry_case *c) {
+    tb_window_geometry g = {
+        .channels = c->channels, .in_h = c->in_h, .in_w = c->in_w, .kernel_h = c->kernel_h, .kernel_w = c->kernel_w,
+        .stride_h = c->stride_h, .stride_w = c->stride_w, .pad_top = c->pad_top, .pad_left = c->pad_left,
+        .dilation_h = c->dilation_h, .dilation_w = c->dilation_w,
+    };
+    g.out_h = (c->in_h + 2 * c->pad_top - c->dilation_h * (c->kernel_h - 1) - 1) / c->stride_h + 1;
+    g.out_w = (c->in_w + 2 * c->pad_left - c->dilation_w * (c->kernel_w - 1) - 1) / c->stride_w + 1;
+    return g;
+}
+
+/* The im2col entry (row r, output column j) from its definition. */
+static float im2col_value(const tb_window_geometry *g, const float *x, int64_t r, int64_t j) {
+    int64_t kw = r % g->kernel_w, kh = (r / g->kernel_w) % g->kernel_h, c = r / (g->kernel_w * g->kernel_h);
+    int64_t oh = j / g->out_w, ow = j % g->out_w;
+    int64_t ih = oh * g->stride_h - g->pad_top + kh * g->dilation_h;
+    int64_t iw = ow * g->stride_w - g->pad_left + kw * g->dilation_w;
+    if (ih < 0 || ih >= g->in_h || iw < 0 || iw >= g->in_w)
+        return 0.0f;
+    return x[(c * g->in_h + ih) * g->in_w + iw];
+}
+
+static const tb_isa isas[] = {TB_ISA_SCALAR, TB_ISA_AVX2, TB_ISA_AVX512};
+
+static void test_im2col_panels(void) {
+    for (int ci = 0; ci < CASE_COUNT; ci++) {
+        tb_window_geometry g = geometry_of(&cases[ci]);
+        int64_t k = g.channels * g.kernel_h * g.kernel_w, spatial = g.out_h * g.out_w;
+        int64_t x_count = g.channels * g.in_h * g.in_w;
+        float *x = tb_test_guarded_alloc(x_count);
+        tb_test_fill_uniform(x, x_count, -1.0f, 1.0f, 10 + (uint64_t)ci);
+        for (int ii = 0; ii < 3; ii++) {
+            if (!tb_isa_supported(isas[ii]))
+                continue;
+            const tb_nn_kernels *kernels = tb_nn_kernels_for(isas[ii]);
+            static const int widths[] = {16, 32};
+            for (int wi = 0; wi < 2; wi++) {
+                int nr = widths[wi];
+                float *panel = tb_test_guarded_alloc(k * nr + TB_PANEL_SLACK);
+                for (int64_t j0 = 0; j0 < spatial; j0 += 5) {
+                    int cols = (int)(spatial - j0 < nr ? spatial - j0 : nr);
+                    if (j0 % 3 == 1 && cols > 1)
+                        cols--; /* partial panels too */
+                    kernels->im2col_panel(&g, x, j0, cols, nr, panel);
+                    int bad = 0;
+                    for (int64_t r = 0; r < k && !bad; r++)
+                        for (int t = 0; t < nr && !bad; t++) {
+                            float expected = t < cols ? im2col_value(&g, x, r, j0 + t) : 0.0f;
+                            bad = panel[r * nr + t] != expected;
+                        }
+                    TB_CHECK_MSG(!bad, "im2col_panel %s case %d j0 %lld cols %d nr %d", kernels->isa_name, ci,
+                                 (long long)j0, cols, nr);
+                }
+                TB_CHECK(tb_test_guard_ok(panel, k * nr + TB_PANEL_SLACK));
+                tb_test_guarded_free(panel);
+            }
+        }
+        TB_CHECK(tb_test_guard_ok(x, x_count));
+        tb_test_guarded_free(x);
+    }
+}
+
+static void test_plane_convolution(void) {
+    for (int ci = 0; ci < CASE_COUNT; ci++) {
+        tb_window_geometry g = geometry_of(&cases[ci]);
+        int64_t x_count = g.in_h * g.in_w, y_count = g.out_h * g.out_w, taps = g.kernel_h * g.kernel_w;
+        float *x = tb_test_guarded_alloc(x_count), *w = tb_test_guarded_alloc(taps), *y = tb_test_guarded_alloc(y_count);
+        tb_test_fill_uniform(x, x_count, -1.0f, 1.0f, 50 + (uint64_t)ci);
+        tb_test_fill_uniform(w, taps, -1.0f, 1.0f, 70 + (uint64_t)ci);
+        for (int ii = 0; ii < 3; ii++) {
+            if (!tb_isa_supported(isas[ii]))
+                continue;
+            const tb_nn_kernels *kernels = tb_nn_kernels_for(isas[ii]);
+            kernels->conv2d_plane(&g, x, w, 0.25f, y);
+            double worst = 0.0;
+            for (int64_t j = 0; j < y_count; j++) {
+                double sum = 0.25;
+                for (int64_t r = 0; r < taps; r++)
+                    sum += (double)w[r] * im2col_value(&g, x, r, j);
+                worst = fmax(worst, fabs(sum - y[j]));
+            }
+            TB_CHECK_MSG(worst < 1e-5, "conv2d_plane %s case %d: max error %g", kernels->isa_name, ci, worst);
+            TB_CHECK(tb_test_guard_ok(y, y_count));
+        }
+        tb_test_guarded_free(x);
+        tb_test_guarded_free(w);
+        tb_test_guarded_free(y);
+    }
+}
+
+/* Every ISA's max pooling against the reference, exactly (values and int64 indices), with NaN, -inf
+ * and ties planted; windows that hold no input element are skipped (pooling never produces them). */
+static void test_max_pool_planes(void) {
+    for (int ci = 0; ci < CASE_COUNT; ci++) {
+        tb_window_geometry g = geometry_of(&cases[ci]);
+        int64_t x_count = g.in_h * g.in_w, y_count = g.out_h * g.out_w;
+        float *x = tb_test_guarded_alloc(x_count), *y = tb_test_guarded_alloc(y_count);
+        float *expected = tb_test_guarded_alloc(y_count);
+        int64_t *index = malloc((size_t)y_count * sizeof(int64_t)), *expected_index = malloc((size_t)y_count * sizeof(int64_t));
+        tb_test_fill_uniform(x, x_count, -1.0f, 1.0f, 130 + (uint64_t)ci);
+        for (int64_t i = 0; i < x_count; i += 7)
+            x[i] = (i / 7) % 3 == 0 ? NAN : (i / 7) % 3 == 1 ? -INFINITY : 0.5f;
+        tb_max_pool2d_plane_f32(&g, x, expected, expected_index);
+        for (int ii = 1; ii < 3; ii++) {
+            if (!tb_isa_supported(isas[ii]))
+                continue;
+            const tb_nn_kernels *kernels = tb_nn_kernels_for(isas[ii]);
+            kernels->max_pool2d_plane(&g, x, y, index);
+            int bad = 0;
+            for (int64_t oh = 0; oh < g.out_h; oh++)
+                for (int64_t ow = 0; ow < g.out_w; ow++) {
+                    int any = 0;
+                    for (int64_t kh = 0; kh < g.kernel_h; kh++)
+                        for (int64_t kw = 0; kw < g.kernel_w; kw++) {
+                            int64_t ih = oh * g.stride_h - g.pad_top + kh * g.dilation_h;
+                            int64_t iw = ow * g.stride_w - g.pad_left + kw * g.dilation_w;
+                            any |= ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
+                        }
+                    int64_t j = oh * g.out_w + ow;
+                    int same_value = (isnan(y[j]) && isnan(expected[j])) || y[j] == expected[j];
+                    if (any && (!same_value || index[j] != expected_index[j]))
+                        bad++;
+                }
+            TB_CHECK_MSG(!bad, "max_pool2d_plane %s case %d: %d outputs differ", kernels->isa_name, ci, bad);
+            TB_CHECK(tb_test_guard_ok(y, y_count));
+        }
+        tb_test_guarded_free(x);
+        tb_test_guarded_free(y);
+        tb_test_guarded_free(expected);
+        free(index);
+        free(expected_index);
+    }
+}
+
+/* The packed conv GEMM (bias + residual epilogue) against a naive double-precision convolution. */
+static void test_conv_gemm(void) {
+    for (int ci = 0; ci < CASE_COUNT; ci++) {
+        tb_window_geometry g = geometry_of(&cases[ci]);
+        int64_t k = g.channels * g.kernel_h * g.kernel_w, spatial = g.out_h * g.out_w;
+        static const int64_t ms[] = {1, 5, 16, 33};
+        int64_t m = ms[ci % 4];
+        int64_t x_count = g.channels * g.in_h * g.in_w;
+        float *x = tb_test_guarded_alloc(x_count), *w = tb_test_guarded_alloc(m * k), *bias = tb_test_guarded_alloc(m);
+        float *residual = tb_test_guarded_alloc(m * spatial), *y = tb_test_guarded_alloc(m * spatial);
+        tb_test_fill_uniform(x, x_count, -1.0f, 1.0f, 90 + (uint64_t)ci);
+        tb_test_fill_uniform(w, m * k, -1.0f, 1.0f, 91 + (uint64_t)ci);
+        tb_test_fill_uniform(bias, m, -1.0f, 1.0f, 92 + (uint64_t)ci);
+        tb_test_fill_uniform(residual, m * spatial, -1.0f, 1.0f, 93 + (uint64_t)ci);
+        for (int ii = 0; ii < 3; ii++) {
+            if (!tb_isa_supported(isas[ii]))
+                continue;
+            tb_conv_gemm plan;
+            tb_conv_gemm_init(&plan, isas[ii], m, k);
+            int64_t packed_count = tb_conv_gemm_weight_floats(&plan), scratch_count = tb_conv_gemm_scratch_floats(&plan);
+            /* the B panel scratch must be 64-byte aligned (the micro-kernels use aligned loads) */
+            float *packed = tb_test_guarded_alloc(packed_count), *scratch_base = tb_test_guarded_alloc(scratch_count + 16);
+            float *scratch = (float *)(((uintptr_t)scratch_base + 63) & ~(uintptr_t)63);
+            tb_conv_gemm_pack_weight(&plan, w, packed);
+            /* two column ranges, as two tasks would split the plane */
+            int64_t split = spatial / 3;
+            tb_conv_gemm_run(&plan, packed, &g, x, 0, split, scratch, y, spatial, bias, TB_ACTIVATION_NONE, residual);
+            tb_conv_gemm_run(&plan, packed, &g, x, split, spatial, scratch, y, spatial, bias, TB_ACTIVATION_NONE, residual);
+            double worst = 0.0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < spatial; j++) {
+                    double sum = bias[i];
+                    for (int64_t r = 0; r < k; r++)
+                        sum += (double)w[i * k + r] * im2col_value(&g, x, r, j);
+                    sum += residual[i * spatial + j];
+                    worst = fmax(worst, fabs(sum - y[i * spatial + j]));
+                }
+            TB_CHECK_MSG(worst < 1e-4, "conv_gemm isa %d case %d: max error %g", (int)isas[ii], ci, worst);
+            TB_CHECK(tb_test_guard_ok(y, m * spatial));
+            TB_CHECK(tb_test_guard_ok(scratch_base, scratch_count + 16));
+            tb_test_guarded_free(packed);
+            tb_test_guarded_free(scratch_base);
+        }
+        tb_test_guarded_free(x);
+        tb_test_guarded_free(w);
+        tb_test_guarded_free(bias);
+        tb_test_guarded_free(residual);
+        tb_test_guarded_free(y);
+    }
+}
+
+static int is_zeroed(const tb_tensor *t) { return t->storage == NULL; }
+
+static void test_bad_arguments(void) {
+    int64_t xs[4] = {1, 4, 6, 6}, ws[4] = {2, 4, 3, 3};
+    tb_tensor x, w, out, indices;
+    TB_CHECK(tb_tensor_empty(TB_F32, 4, xs, TB_ALLOC_ZERO, &x) == TB_OK);
+    TB_CHECK(tb_tensor_empty(TB_F32, 4, ws, TB_ALLOC_ZERO, &w) == TB_OK);
+    tb_conv2d_params ok = {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+    TB_CHECK(tb_op_conv2d(&x, &w, NULL, &ok, &out) == TB_OK);
+    TB_CHECK(out.ndim == 4 && out.shape[1] == 2 && out.shape[2] == 6);
+    tb_tensor_release(&out);
+    tb_conv2d_params bad = ok;
+    bad.stride[1] = 0;
+    TB_CHECK(tb_op_conv2d(&x, &w, NULL, &bad, &out) == TB_ERR_INVALID_ARGUMENT && is_zeroed(&out));
+    bad = ok;
+    bad.padding[0] = -1;
+    TB_CHECK(tb_op_conv2d(&x, &w, NULL, &bad, &out) == TB_ERR_INVALID_ARGUMENT && is_zeroed(&out));
+    bad = ok;
+    bad.groups = 3;
+    TB_CHECK(tb_op_conv2d(&x, &w, NULL, &bad, &out) == TB_ERR_INVALID_ARGUMENT && is_zeroed(&out));
+    tb_conv2d_epilogue epilogue = {.activation = 99};
+    TB_CHECK(tb_op_conv2d_fused(&x, &w, NULL, &ok, &epilogue, &out) == TB_ERR_INVALID_ARGUMENT && is_zeroed(&out));
+    tb_pool2d_params pool = {.kernel = {2, 2}, .stride = {2, 2}, .dilation = {1, 1}};
+    TB_CHECK(tb_op_max_pool2d(&x, &pool, &out, &indices) == TB_OK);
+    TB_CHECK(out.shape[2] == 3 && indices.dtype == TB_I64);
+    tb_tensor_release(&out);
+    tb_tensor_release(&indices);
+    pool.padding[0] = 2;
+    TB_CHECK(tb_op_max_pool2d(&x, &pool, &out, &indices) == TB_ERR_INVALID_ARGUMENT && is_zeroed(&out) &&
+             is_zeroed(&indices));
+    tb_tensor_release(&x);
+    tb_tensor_release(&w);
+}
+
+int main(void) {
+    test_im2col_panels();
+    test_plane_convolution();
+    test_max_pool_planes();
+    test_conv_gemm();
+    test_bad_arguments();
+    return tb_test_finish("nn_ops");
+}
