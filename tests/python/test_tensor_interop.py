@@ -202,3 +202,15 @@ def test_fork_safety():
     )
     result = run_python(code, TORCHBURN_NUM_THREADS="2")
     assert result.stdout.strip() == "0", result.stderr
+
+
+def test_misaligned_and_odd_buffers():
+    raw = bytearray(4 * 8 + 1)
+    misaligned = np.ndarray(shape=(8,), dtype=np.float32, buffer=raw, offset=1)
+    with pytest.raises((ValueError, TypeError), match="misaligned"):
+        torchburn.from_dlpack(misaligned)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        torchburn.Tensor(np.zeros(2, dtype=np.complex64))
+    import torchburn.ops as ops
+    with pytest.raises((ValueError, TypeError), match="misaligned"):
+        ops.exp(misaligned)
