@@ -61,7 +61,8 @@ TB_API TB_NODISCARD tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa i
  * out[b, h, i, :] = softmax_j(scale * q[b,h,i,:] . k[b,h',j,:] + mask[b,h,i,j]) @ v[b,h',j,:]
  * with h' = h / (q_heads / kv_heads) (grouped-query attention). Causal masking keeps j <= i
  * (top-left aligned, as torch's is_causal). Tiled over keys with an online softmax, so memory is
- * O(T * D) per thread, never O(T^2). Rows whose every key is masked give NaN, like torch. */
+ * O(T * D) per thread, never O(T^2). Rows whose every key is masked (or kv_len == 0) give 0, as
+ * torch 2.13's scaled_dot_product_attention does on CPU (math and flash backends alike). */
 typedef struct tb_attention_desc {
     int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
     const float *q; int64_t q_strides[4];  /* [B, Hq, Tq, D], last stride must be 1 */

@@ -1,0 +1,128 @@
+/* Private contract between the GEMM driver (gemm.c), its per-ISA micro-kernels (ref/, x86_avx2/,
+ * x86_avx512/) and the attention kernels. Nothing here is part of the public API. */
+#ifndef TORCHBURN_KERNELS_GEMM_INTERNAL_H
+#define TORCHBURN_KERNELS_GEMM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/gemm.h"
+
+/* Packed layouts (all panels are zero-padded to the full register tile):
+ *   A panel: MR rows x kc, stored k-major: a_panel[p * MR + i] = A[i, p]   (i < MR, p < kc)
+ *   B panel: kc x NR,      stored k-major: b_panel[p * NR + j] = B[p, j]   (j < NR, p < kc)
+ *
+ * Micro-kernel: computes the MR x NR product of one A panel and one B panel over kc (kc may be 0)
+ * and writes rows < mr, columns < nr of C (c_row_stride between rows; columns contiguous):
+ *     C = alpha * (A_panel B_panel) + beta * C
+ * beta == 0 means C is not read at all (it may hold NaN garbage). 1 <= mr <= MR, 1 <= nr <= NR.
+ * Never allocates, never fails. */
+typedef void (*tb_gemm_microkernel_fn)(int64_t kc, const float *a_panel, const float *b_panel, float *c,
+                                       int64_t c_row_stride, int mr, int nr, float alpha, float beta);
+
+/* Packs rows [0, rows) x k-columns [0, kc) of A (A[i, p] = a[i * row_stride + p * col_stride]) into one
+ * A panel (layout above, rows <= MR, rows past `rows` zero-filled). */
+typedef void (*tb_gemm_pack_a_fn)(const float *a, int64_t row_stride, int64_t col_stride, int rows, int64_t kc,
+                                  float *a_panel);
+
+/* Packs k-rows [0, kc) x columns [0, cols) of B (B[p, j] = b[p * row_stride + j * col_stride]) into one
+ * B panel (cols <= NR, columns past `cols` zero-filled). */
+typedef void (*tb_gemm_pack_b_fn)(const float *b, int64_t row_stride, int64_t col_stride, int cols, int64_t kc,
+                                  float *b_panel);
+
+/* The fused epilogue of one C tile (rows x cols at c), applied in order after the last k block:
+ *   per-column bias: c[i, j] += bias[j]   per-row bias: c[i, j] += bias[i]   (bias already offset to
+ *   the tile), then c = activation(c), then c[i, j] += residual[i * residual_row_stride + j] when
+ *   residual is not NULL (also offset to the tile). */
+typedef struct tb_gemm_epilogue {
+    tb_bias_kind bias_kind;
+    const float *bias;
+    tb_activation activation;
+    const float *residual;
+    int64_t residual_row_stride;
+} tb_gemm_epilogue;
+
+typedef void (*tb_gemm_epilogue_fn)(float *c, int64_t c_row_stride, int rows, int cols, const tb_gemm_epilogue *e);
+
+/* Unpacked product for very few rows (decode-style x W^T): rows <= TB_GEMM_SMALL_M_MAX rows, cols
+ * columns, full k, reading B in place (each element once) instead of packing it:
+ *   C[i, j] = alpha * sum_p A[i, p] B[p, j] + beta * C[i, j]     (beta == 0: C not read)
+ * with A[i, p] = a[i * a_row_stride + p * a_col_stride] and
+ *   b_transposed == false: B[p, j] = b[p * b_stride + j]   (row-major B)
+ *   b_transposed == true:  B[p, j] = b[j * b_stride + p]   (nn.Linear weight [N, K]; needs
+ *                                                           a_col_stride == 1)
+ * Never allocates. */
+enum { TB_GEMM_SMALL_M_MAX = 8 };
+typedef void (*tb_gemm_small_m_fn)(int rows, int64_t cols, int64_t k, const float *a, int64_t a_row_stride,
+                                   int64_t a_col_stride, const float *b, int64_t b_stride, bool b_transposed, float *c,
+                                   int64_t c_row_stride, float alpha, float beta);
+
+/* One ISA's GEMM building blocks and the cache blocking they were tuned for. */
+typedef struct tb_gemm_microkernel {
+    const char *isa_name;
+    int mr, nr;        /* register tile */
+    int64_t kc;        /* k block: a kc x NR B panel stays in L1 while A panels stream from L2 */
+    int64_t mc;        /* rows of A packed at once (multiple of mr): an mc x kc block sits in L2 */
+    int64_t nc;        /* columns of B packed at once (multiple of nr) */
+    tb_gemm_microkernel_fn kernel;
+    tb_gemm_pack_a_fn pack_a; /* NULL: the portable packer */
+    tb_gemm_pack_b_fn pack_b;
+    tb_gemm_epilogue_fn epilogue;
+    tb_gemm_small_m_fn small_m; /* NULL: small products go through the packed path */
+} tb_gemm_microkernel;
+
+extern const tb_gemm_microkernel tb_gemm_microkernel_ref;
+#if defined(TB_HAVE_X86)
+extern const tb_gemm_microkernel tb_gemm_microkernel_avx2;
+extern const tb_gemm_microkernel tb_gemm_microkernel_avx512;
+#endif
+
+/* Portable packers (used when a table leaves pack_a/pack_b NULL; tile sizes passed explicitly). */
+void tb_gemm_pack_a_portable(const float *a, int64_t row_stride, int64_t col_stride, int rows, int64_t kc,
+                             int mr, float *a_panel);
+void tb_gemm_pack_b_portable(const float *b, int64_t row_stride, int64_t col_stride, int cols, int64_t kc,
+                             int nr, float *b_panel);
+
+/* Naive reference of the whole tb_gemm_desc contract (same validation, double accumulation, scalar
+ * libm epilogue, single thread). The golden model for tests and the `reference` engine. */
+tb_status tb_gemm_f32_reference(const tb_gemm_desc *desc);
+
+/* Validates a descriptor (shared by the driver and the reference). `where` prefixes the message. */
+tb_status tb_gemm_validate(const tb_gemm_desc *desc, const char *where);
+
+/* Scalar activation used by the reference epilogue (exact-erf GELU for TB_ACTIVATION_GELU). */
+float tb_gemm_activation_scalar(tb_activation activation, float x);
+
+/* The portable epilogue (libm math), also the scalar ISA's. */
+void tb_gemm_epilogue_portable(float *c, int64_t c_row_stride, int rows, int cols, const tb_gemm_epilogue *e);
+
+/* Per-thread grow-only scratch (64-byte aligned, from tb_alloc, freed when the thread exits): at least
+ * `bytes` for `slot` of the calling thread, valid until that slot is requested again on this thread.
+ * Allocation failure returns its status. One slot per kernel family so that one may call another. */
+typedef enum tb_scratch_slot { TB_SCRATCH_GEMM = 0, TB_SCRATCH_ATTENTION, TB_SCRATCH_SLOT_COUNT } tb_scratch_slot;
+tb_status tb_kernel_scratch(tb_scratch_slot slot, size_t bytes, float **out);
+
+/* The micro-kernel table for an ISA (the scalar one for ISAs without their own). */
+const tb_gemm_microkernel *tb_gemm_microkernel_for(tb_isa isa);
+
+/* ---- attention softmax helpers (per ISA) ----
+ * attention.c does Q K^T and P V with the GEMM micro-kernel above; these do the online-softmax row
+ * work in between. None allocates. */
+typedef struct tb_attention_kernels {
+    const char *isa_name;
+    /* max of x[0, n) (n >= 1); NaN when any element is NaN */
+    float (*row_max)(const float *x, int64_t n);
+    /* x[j] = exp(x[j] - shift) in place for j < n (-inf gives 0); returns the sum of the new x */
+    float (*exp_sum)(float *x, int64_t n, float shift);
+    /* x[j] *= factor for j < n */
+    void (*scale)(float *x, int64_t n, float factor);
+} tb_attention_kernels;
+
+extern const tb_attention_kernels tb_attention_kernels_ref;
+#if defined(TB_HAVE_X86)
+extern const tb_attention_kernels tb_attention_kernels_avx2;
+extern const tb_attention_kernels tb_attention_kernels_avx512;
+#endif
+
+#endif

@@ -1,0 +1,387 @@
+/* Tests of tb_gemm_f32 at every ISA this CPU supports against a double-precision triple loop written
+ * here: edge shapes, transposed operands, strided/padded C, alpha/beta (beta = 0 with NaN-filled C),
+ * every bias kind and activation, residuals, batches with broadcast strides, several thread counts,
+ * guarded output buffers, bad arguments and allocation failure. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/gemm.h"
+#include "kernels/gemm_internal.h"
+#include "tb_test.h"
+#include "torchburn/alloc.h"
+#include "torchburn/thread_pool.h"
+
+static const int64_t sizes[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 127, 129, 255, 256, 257};
+enum { SIZE_COUNT = sizeof sizes / sizeof sizes[0] };
+static const char *const activation_names[TB_ACTIVATION_COUNT] = {"none", "relu",    "gelu",   "gelu_tanh",
+                                                                  "silu", "sigmoid", "tanh"};
+
+typedef struct gemm_case {
+    int64_t m, n, k, batch;
+    bool trans_a, trans_b;
+    int64_t c_pad, residual_pad;
+    float alpha, beta;
+    tb_bias_kind bias_kind;
+    tb_activation activation;
+    bool residual;
+    bool broadcast_b; /* b_batch_stride = 0 */
+    uint64_t seed;
+} gemm_case;
+
+static double activation_double(tb_activation activation, double x) {
+    switch (activation) {
+    case TB_ACTIVATION_RELU: return x > 0 ? x : 0.0;
+    case TB_ACTIVATION_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case TB_ACTIVATION_GELU_TANH: return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case TB_ACTIVATION_SILU: return x / (1.0 + exp(-x));
+    case TB_ACTIVATION_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case TB_ACTIVATION_TANH: return tanh(x);
+    default: return x;
+    }
+}
+
+static int failures_reported;
+
+/* Runs one case at `isa` and compares every output element with the double reference. */
+static const char *isa_label(tb_isa isa) { return isa == TB_ISA_COUNT ? "reference" : tb_isa_name(isa); }
+
+static void run_case(const gemm_case *t, tb_isa isa) {
+    int64_t m = t->m, n = t->n, k = t->k, batch = t->batch;
+    /* A: [batch][m][k] stored row-major, or as its transpose [batch][k][m] (col strides) */
+    int64_t a_size = m * k + 3, b_size = k * n + 5;
+    int64_t c_row_stride = n + t->c_pad, c_size = m * c_row_stride + 2;
+    int64_t r_row_stride = n + t->residual_pad, r_size = m * r_row_stride + 1;
+    float *a = tb_test_guarded_alloc(a_size * batch + 1);
+    float *b = tb_test_guarded_alloc(b_size * (t->broadcast_b ? 1 : batch) + 1);
+    float *c = tb_test_guarded_alloc(c_size * batch + 1);
+    float *c_before = malloc(sizeof(float) * (size_t)(c_size * batch + 1));
+    float *bias = tb_test_guarded_alloc((m > n ? m : n) + 1);
+    float *residual = tb_test_guarded_alloc(r_size * batch + 1);
+    TB_CHECK(a && b && c && c_before && bias && residual);
+    if (!a || !b || !c || !c_before || !bias || !residual)
+        return;
+    tb_test_fill_uniform(a, a_size * batch + 1, -1.0f, 1.0f, t->seed);
+    tb_test_fill_uniform(b, b_size * (t->broadcast_b ? 1 : batch) + 1, -1.0f, 1.0f, t->seed + 1);
+    tb_test_fill_uniform(bias, (m > n ? m : n) + 1, -1.0f, 1.0f, t->seed + 2);
+    tb_test_fill_uniform(residual, r_size * batch + 1, -1.0f, 1.0f, t->seed + 3);
+    if (t->beta == 0.0f) {
+        for (int64_t i = 0; i < c_size * batch + 1; i++)
+            c[i] = NAN; /* beta == 0 must never read C */
+    } else {
+        tb_test_fill_uniform(c, c_size * batch + 1, -1.0f, 1.0f, t->seed + 4);
+    }
+    memcpy(c_before, c, sizeof(float) * (size_t)(c_size * batch + 1));
+
+    tb_gemm_desc d = {0};
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    d.a = a;
+    d.a_row_stride = t->trans_a ? 1 : k;
+    d.a_col_stride = t->trans_a ? m : 1;
+    d.b = b;
+    d.b_row_stride = t->trans_b ? 1 : n;
+    d.b_col_stride = t->trans_b ? k : 1;
+    d.c = c;
+    d.c_row_stride = c_row_stride;
+    d.alpha = t->alpha;
+    d.beta = t->beta;
+    d.bias_kind = t->bias_kind;
+    d.bias = t->bias_kind == TB_BIAS_NONE ? NULL : bias;
+    d.activation = t->activation;
+    d.residual = t->residual ? residual : NULL;
+    d.residual_row_stride = r_row_stride;
+    d.batch = batch;
+    d.a_batch_stride = a_size;
+    d.b_batch_stride = t->broadcast_b ? 0 : b_size;
+    d.c_batch_stride = c_size;
+    d.residual_batch_stride = r_size;
+    /* isa == TB_ISA_COUNT stands for the library's naive reference, checked like the kernels */
+    tb_status status = isa == TB_ISA_COUNT ? tb_gemm_f32_reference(&d) : tb_gemm_f32_isa(&d, isa);
+    TB_CHECK_MSG(status == TB_OK, "%s: %s", isa_label(isa), tb_error_message());
+
+    const double eps = 1.0 / (1 << 23);
+    int bad = 0;
+    for (int64_t e = 0; e < batch && status == TB_OK; e++) {
+        const float *ae = a + e * d.a_batch_stride, *be = b + e * d.b_batch_stride;
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j++) {
+                double sum = 0.0, magnitude = 0.0;
+                for (int64_t p = 0; p < k; p++) {
+                    double product = (double)ae[i * d.a_row_stride + p * d.a_col_stride] *
+                                     (double)be[p * d.b_row_stride + j * d.b_col_stride];
+                    sum += product;
+                    magnitude += fabs(product);
+                }
+                int64_t at = e * c_size + i * c_row_stride + j;
+                double value = t->alpha * sum;
+                double tolerance = 2.0 * sqrt((double)k + 1.0) * eps * fabs(t->alpha) * magnitude;
+                if (t->beta != 0.0f) {
+                    value += t->beta * (double)c_before[at];
+                    tolerance += 2.0 * eps * fabs(t->beta * (double)c_before[at]);
+                }
+                if (t->bias_kind == TB_BIAS_PER_COLUMN)
+                    value += bias[j];
+                else if (t->bias_kind == TB_BIAS_PER_ROW)
+                    value += bias[i];
+                tolerance += 2.0 * eps * fabs(value) + 1e-30;
+                if (t->activation != TB_ACTIVATION_NONE) {
+                    double activated = activation_double(t->activation, value);
+                    tolerance = 1.2 * tolerance + 1e-6 * (1.0 + fabs(value));
+                    value = activated;
+                }
+                if (t->residual) {
+                    value += residual[e * r_size + i * r_row_stride + j];
+                    tolerance += 2.0 * eps * fabs(value);
+                }
+                double got = c[at];
+                if (!(fabs(got - value) <= tolerance)) {
+                    bad++;
+                    if (failures_reported < 10) {
+                        failures_reported++;
+                        fprintf(stderr,
+                                "  %s m=%lld n=%lld k=%lld batch=%lld tA=%d tB=%d beta=%g bias=%d act=%s res=%d: "
+                                "C[%lld][%lld][%lld] = %.9g, expected %.9g (tol %.3g)\n",
+                                isa_label(isa), (long long)m, (long long)n, (long long)k, (long long)batch,
+                                t->trans_a, t->trans_b, t->beta, t->bias_kind, activation_names[t->activation],
+                                t->residual, (long long)e, (long long)i, (long long)j, got, value, tolerance);
+                    }
+                }
+            }
+            /* the padding between rows of C is never written */
+            for (int64_t j = n; j < c_row_stride && i + 1 < m; j++) {
+                int64_t at = e * c_size + i * c_row_stride + j;
+                if (memcmp(&c[at], &c_before[at], sizeof(float)) != 0)
+                    bad++;
+            }
+        }
+    }
+    TB_CHECK_MSG(bad == 0, "%s: %d wrong elements (m=%lld n=%lld k=%lld)", isa_label(isa), bad, (long long)m,
+                 (long long)n, (long long)k);
+    TB_CHECK(tb_test_guard_ok(c, c_size * batch + 1));
+    TB_CHECK(tb_test_guard_ok(a, a_size * batch + 1));
+    tb_test_guarded_free(a);
+    tb_test_guarded_free(b);
+    tb_test_guarded_free(c);
+    tb_test_guarded_free(bias);
+    tb_test_guarded_free(residual);
+    free(c_before);
+}
+
+static gemm_case plain(int64_t m, int64_t n, int64_t k, uint64_t seed) {
+    gemm_case t = {.m = m, .n = n, .k = k, .batch = 1, .alpha = 1.0f, .beta = 0.0f, .seed = seed};
+    return t;
+}
+
+static void for_each_isa(const gemm_case *t) {
+    for (int isa = 0; isa < TB_ISA_COUNT; isa++)
+        if (tb_isa_supported((tb_isa)isa))
+            run_case(t, (tb_isa)isa);
+    if (t->m * t->n * t->k * t->batch < 1000000)
+        run_case(t, TB_ISA_COUNT); /* the naive reference too, where it is quick */
+}
+
+/* The first GEMM of the process: the packing scratch does not exist yet, so an allocation failure must
+ * come back as a status (and the next call must work). */
+static void test_allocation_failure(void) {
+    float a[64 * 64], b[64 * 64], c[64 * 64];
+    tb_test_fill_uniform(a, 64 * 64, -1, 1, 1);
+    tb_test_fill_uniform(b, 64 * 64, -1, 1, 2);
+    tb_gemm_desc d = {.m = 64, .n = 64, .k = 64, .a = a, .a_row_stride = 64, .a_col_stride = 1, .b = b,
+                      .b_row_stride = 64, .b_col_stride = 1, .c = c, .c_row_stride = 64, .alpha = 1.0f, .batch = 1};
+    tb_alloc_fail_after(0);
+    tb_status status = tb_gemm_f32_isa(&d, TB_ISA_SCALAR);
+    tb_alloc_fail_after(-1);
+    TB_CHECK_MSG(status == TB_ERR_OUT_OF_MEMORY, "got %s", tb_status_name(status));
+    TB_CHECK(strstr(tb_error_message(), "gemm") != NULL);
+    TB_CHECK(tb_gemm_f32_isa(&d, TB_ISA_SCALAR) == TB_OK);
+}
+
+static void test_bad_arguments(void) {
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, c[4];
+    tb_gemm_desc good = {.m = 2, .n = 2, .k = 2, .a = a, .a_row_stride = 2, .a_col_stride = 1, .b = b,
+                         .b_row_stride = 2, .b_col_stride = 1, .c = c, .c_row_stride = 2, .alpha = 1.0f, .batch = 1};
+    TB_CHECK(tb_gemm_f32(&good) == TB_OK);
+    TB_CHECK(c[0] == 7.0f && c[1] == 10.0f && c[2] == 15.0f && c[3] == 22.0f);
+    TB_CHECK(tb_gemm_f32(NULL) == TB_ERR_INVALID_ARGUMENT);
+    tb_gemm_desc d = good;
+    d.m = -1;
+    TB_CHECK(tb_gemm_f32(&d) == TB_ERR_INVALID_ARGUMENT);
+    TB_CHECK(strstr(tb_error_message(), "negative") != NULL);
+    d = good;
+    d.a = NULL;
+    TB_CHECK(tb_gemm_f32(&d) == TB_ERR_INVALID_ARGUMENT);
+    d = good;
+    d.c = NULL;
+    TB_CHECK(tb_gemm_f32(&d) == TB_ERR_INVALID_ARGUMENT);
+    d = good;
+    d.c_row_stride = 1;
+    TB_CHECK(tb_gemm_f32(&d) == TB_ERR_INVALID_ARGUMENT);
+    d = good;
+    d.bias_kind = TB_BIAS_PER_COLUMN;
+    TB_CHECK(tb_gemm_f32(&d) == TB_ERR_INVALID_ARGUMENT);
+    d = good;
+    d.activation = TB_ACTIVATION_COUNT;
+    TB_CHECK(tb_gemm_f32(&d) == TB_ERR_INVALID_ARGUMENT);
+    d = good;
+    d.residual = c;
+    TB_CHECK(tb_gemm_f32(&d) == TB_ERR_INVALID_ARGUMENT);
+    d = good;
+    d.batch = 2;
+    d.c_batch_stride = 1;
+    TB_CHECK(tb_gemm_f32(&d) == TB_ERR_INVALID_ARGUMENT);
+    /* empty products are fine with NULL pointers */
+    tb_gemm_desc empty = {.m = 0, .n = 5, .k = 3, .batch = 1};
+    TB_CHECK(tb_gemm_f32(&empty) == TB_OK);
+    empty.m = 3;
+    empty.batch = 0;
+    TB_CHECK(tb_gemm_f32(&empty) == TB_OK);
+    /* an ISA the CPU lacks (NEON on x86, AVX on ARM) is refused */
+    for (int isa = 0; isa < TB_ISA_COUNT; isa++)
+        if (!tb_isa_supported((tb_isa)isa))
+            TB_CHECK(tb_gemm_f32_isa(&good, (tb_isa)isa) == TB_ERR_UNSUPPORTED);
+    TB_CHECK(tb_gemm_f32_isa(&good, TB_ISA_COUNT) == TB_ERR_UNSUPPORTED);
+    /* the library's own reference agrees on the small product */
+    float c2[4];
+    d = good;
+    d.c = c2;
+    TB_CHECK(tb_gemm_f32_reference(&d) == TB_OK && memcmp(c, c2, sizeof c) == 0);
+}
+
+/* The epilogue activations alone (k = 0, beta = 1, so C holds x) over [-12, 12] against double libm:
+ * a few ulp, plus the 1.5e-7 absolute erf error (scaled by |x| / 2) of the vectorized exact GELU. */
+static void test_activation_accuracy(void) {
+    enum { N = 2001, M = 3 };
+    static float c[M * N];
+    for (int isa = 0; isa < TB_ISA_COUNT; isa++) {
+        if (!tb_isa_supported((tb_isa)isa))
+            continue;
+        for (int act = 1; act < TB_ACTIVATION_COUNT; act++) {
+            for (int i = 0; i < M * N; i++)
+                c[i] = -12.0f + 24.0f * (float)(i % N) / (float)(N - 1) + 1e-3f * (float)(i / N);
+            tb_gemm_desc d = {.m = M, .n = N, .k = 0, .c = c, .c_row_stride = N, .alpha = 1.0f, .beta = 1.0f,
+                              .activation = (tb_activation)act, .batch = 1};
+            TB_CHECK(tb_gemm_f32_isa(&d, (tb_isa)isa) == TB_OK);
+            int bad = 0;
+            for (int i = 0; i < M * N; i++) {
+                double x = -12.0f + 24.0f * (float)(i % N) / (float)(N - 1) + 1e-3f * (float)(i / N);
+                double expected = activation_double((tb_activation)act, (float)x);
+                double tolerance = 8.0 / (1 << 23) * fabs(expected) + 2e-7 * fabs(x) + 1e-37;
+                if (!(fabs(c[i] - expected) <= tolerance)) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "  %s %s(%.9g) = %.9g, expected %.9g\n", tb_isa_name((tb_isa)isa),
+                                activation_names[act], x, c[i], expected);
+                }
+            }
+            TB_CHECK_MSG(bad == 0, "%s %s: %d inaccurate values", tb_isa_name((tb_isa)isa), activation_names[act], bad);
+        }
+    }
+    /* NaN goes through every activation */
+    for (int isa = 0; isa < TB_ISA_COUNT; isa++) {
+        if (!tb_isa_supported((tb_isa)isa))
+            continue;
+        for (int act = 1; act < TB_ACTIVATION_COUNT; act++) {
+            float x[3] = {NAN, 1.0f, NAN};
+            tb_gemm_desc d = {.m = 1, .n = 3, .k = 0, .c = x, .c_row_stride = 3, .alpha = 1.0f, .beta = 1.0f,
+                              .activation = (tb_activation)act, .batch = 1};
+            TB_CHECK(tb_gemm_f32_isa(&d, (tb_isa)isa) == TB_OK);
+            TB_CHECK_MSG(isnan(x[0]) && !isnan(x[1]) && isnan(x[2]), "%s %s", tb_isa_name((tb_isa)isa),
+                         activation_names[act]);
+        }
+    }
+}
+
+int main(void) {
+    test_allocation_failure();
+    test_bad_arguments();
+    test_activation_accuracy();
+    uint64_t seed = 100;
+
+    /* every (m, n) pair from the edge sizes at small and medium k */
+    static const int64_t ks[] = {0, 1, 17, 64};
+    for (int im = 0; im < SIZE_COUNT; im++)
+        for (int in = 0; in < SIZE_COUNT; in++) {
+            gemm_case t = plain(sizes[im], sizes[in], ks[(im + in) % 4], seed++);
+            if (sizes[im] * sizes[in] > 64 * 257)
+                t.k = ks[(im + in) % 3];
+            for_each_isa(&t);
+        }
+    /* a sample of full triples, each with a different mix of layout options */
+    for (int s = 0; s < 40; s++) {
+        gemm_case t = plain(sizes[(s * 5 + 3) % SIZE_COUNT], sizes[(s * 7 + 1) % SIZE_COUNT],
+                            sizes[(s * 11 + 6) % SIZE_COUNT], seed++);
+        t.trans_a = s & 1;
+        t.trans_b = (s >> 1) & 1;
+        t.c_pad = (s % 3) * 5;
+        t.beta = (s % 4 == 1) ? 1.0f : (s % 4 == 3) ? -0.5f : 0.0f;
+        t.alpha = (s % 5 == 2) ? 0.75f : 1.0f;
+        for_each_isa(&t);
+    }
+    /* every bias kind x activation, with and without residual, on an odd shape */
+    for (int bias = 0; bias < 3; bias++)
+        for (int act = 0; act < TB_ACTIVATION_COUNT; act++)
+            for (int res = 0; res < 2; res++) {
+                gemm_case t = plain(33, 47, 129, seed++);
+                t.bias_kind = (tb_bias_kind)bias;
+                t.activation = (tb_activation)act;
+                t.residual = res;
+                t.residual_pad = 3;
+                t.beta = res ? 1.0f : 0.0f;
+                t.trans_b = act & 1;
+                for_each_isa(&t);
+            }
+    /* few rows (the unpacked small-m path): both B layouts, k past one k block, odd n, epilogue */
+    for (int64_t m = 1; m <= 9; m++) {
+        gemm_case t = plain(m, 300 + 37 * m, m == 3 ? 2100 : 130 + m, seed++);
+        t.trans_b = m & 1;
+        t.trans_a = m == 4;
+        t.beta = m % 3 == 0 ? 1.0f : 0.0f;
+        t.c_pad = m % 2 ? 3 : 0;
+        t.bias_kind = m % 2 ? TB_BIAS_PER_COLUMN : TB_BIAS_PER_ROW;
+        t.activation = (tb_activation)(m % TB_ACTIVATION_COUNT);
+        t.residual = m % 4 == 1;
+        t.batch = m == 2 ? 3 : 1;
+        for_each_isa(&t);
+    }
+    /* epilogue with k == 0 and with alpha == 0 (C = beta C + bias ...) */
+    {
+        gemm_case t = plain(17, 33, 0, seed++);
+        t.bias_kind = TB_BIAS_PER_ROW;
+        t.activation = TB_ACTIVATION_GELU;
+        t.residual = true;
+        for_each_isa(&t);
+        t = plain(17, 33, 9, seed++);
+        t.alpha = 0.0f;
+        t.beta = 2.0f;
+        t.bias_kind = TB_BIAS_PER_COLUMN;
+        t.activation = TB_ACTIVATION_SILU;
+        for_each_isa(&t);
+    }
+    /* batches (with B broadcast), k split into several blocks, several thread counts */
+    for (int threads = 1; threads <= 3; threads++) {
+        TB_CHECK(tb_set_num_threads(threads) == TB_OK);
+        gemm_case t = plain(65, 129, 300, seed++);
+        t.batch = 3;
+        t.trans_a = true;
+        t.bias_kind = TB_BIAS_PER_COLUMN;
+        t.activation = TB_ACTIVATION_GELU;
+        t.residual = true;
+        t.c_pad = 7;
+        for_each_isa(&t);
+        t = plain(256, 256, 256, seed++);
+        t.beta = 1.0f;
+        for_each_isa(&t);
+        t = plain(128, 1024, 512, seed++);
+        t.trans_b = true;
+        t.bias_kind = TB_BIAS_PER_COLUMN;
+        t.activation = TB_ACTIVATION_GELU;
+        for_each_isa(&t);
+        t = plain(30, 70, 520, seed++);
+        t.batch = 5;
+        t.broadcast_b = true;
+        t.beta = 1.0f;
+        for_each_isa(&t);
+    }
+    TB_CHECK(tb_set_num_threads(tb_physical_cores()) == TB_OK);
+    return tb_test_finish("test_gemm");
+}
