@@ -62,11 +62,19 @@ tb_status tb_probe_peak_gflops(tb_isa isa, double seconds, double *gflops) {
     if (iterations < 1024)
         iterations = 1024;
     double flops_per_call = loop(1, &sink) / 1.0;
-    peak_job job = {.loop = loop, .iterations = iterations};
-    start = now_seconds();
-    tb_parallel_for(threads, 1, peak_chunk, &job);
-    elapsed = now_seconds() - start;
-    *gflops = flops_per_call * (double)iterations * threads / elapsed * 1e-9;
+    /* best of several short rounds: on a shared machine the peak is what an undisturbed round shows */
+    enum { ROUNDS = 5 };
+    peak_job job = {.loop = loop, .iterations = iterations / ROUNDS > 1024 ? iterations / ROUNDS : 1024};
+    double best = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        start = now_seconds();
+        tb_parallel_for(threads, 1, peak_chunk, &job);
+        elapsed = now_seconds() - start;
+        double rate = flops_per_call * (double)job.iterations * threads / elapsed * 1e-9;
+        if (rate > best)
+            best = rate;
+    }
+    *gflops = best;
     return TB_OK;
 }
 
