@@ -326,8 +326,21 @@ static void small_m_avx512(int rows, int64_t cols, int64_t k, const float *a, in
         }
     } else {
         switch (rows) {
-        case 1: TB_ROWMAJOR(1, 16); break;
-        case 2: TB_ROWMAJOR(2, 8); break;
+        /* one or two rows: a block as wide as the (often short, e.g. Dv = 64 or 128) row */
+        case 1:
+            if (cols <= 64)
+                TB_ROWMAJOR(1, 4);
+            else if (cols <= 128)
+                TB_ROWMAJOR(1, 8);
+            else
+                TB_ROWMAJOR(1, 16);
+            break;
+        case 2:
+            if (cols <= 64)
+                TB_ROWMAJOR(2, 4);
+            else
+                TB_ROWMAJOR(2, 8);
+            break;
         case 3: TB_ROWMAJOR(3, 5); break;
         case 4: TB_ROWMAJOR(4, 4); break;
         case 5: TB_ROWMAJOR(5, 3); break;
