@@ -7,21 +7,8 @@
 #include "kernels/conv_gemm.h"
 #include "kernels/gemm_internal.h"
 
-static const tb_gemm_microkernel *microkernel_for(tb_isa isa) {
-    if (!tb_isa_supported(isa))
-        return &tb_gemm_microkernel_ref;
-#if defined(TB_HAVE_X86)
-    if (isa == TB_ISA_AVX512)
-        return &tb_gemm_microkernel_avx512;
-    if (isa == TB_ISA_AVX2)
-        return &tb_gemm_microkernel_avx2;
-#endif
-    (void)isa;
-    return &tb_gemm_microkernel_ref;
-}
-
 void tb_conv_gemm_init(tb_conv_gemm *plan, tb_isa isa, int64_t m, int64_t k) {
-    const tb_gemm_microkernel *uk = microkernel_for(isa);
+    const tb_gemm_microkernel *uk = tb_gemm_microkernel_for(isa);
     plan->microkernel = uk;
     plan->mr = uk->mr;
     plan->nr = uk->nr;
