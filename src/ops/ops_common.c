@@ -102,3 +102,21 @@ float *tb_ops_scratch(int slot, int64_t n) {
     }
     return scratch_buffers[slot];
 }
+
+tb_status tb_ops_stage_normalized_param(const tb_tensor *param, const tb_tensor *x, int normalized_ndim,
+                                        const char *what, tb_tensor *out) {
+    memset(out, 0, sizeof *out);
+    if (!param)
+        return TB_OK;
+    TB_TRY(tb_ops_require_float(param->dtype, what));
+    bool ok = param->ndim == normalized_ndim;
+    for (int i = 0; ok && i < normalized_ndim; i++)
+        ok = param->shape[i] == x->shape[x->ndim - normalized_ndim + i];
+    if (!ok) {
+        char a[128], b[128];
+        return tb_error_set(TB_ERR_SHAPE, "%s has shape %s but the normalized shape is %s", what,
+                            tb_shape_string(param->ndim, param->shape, a, sizeof a),
+                            tb_shape_string(normalized_ndim, x->shape + x->ndim - normalized_ndim, b, sizeof b));
+    }
+    return tb_ops_as_f32(param, out);
+}

@@ -43,6 +43,11 @@ void tb_ops_expanded_strides(const tb_tensor *x, int ndim, const int64_t *shape,
 /* A per-thread f32 scratch buffer of at least n floats (grown with tb_alloc; NULL on failure). */
 float *tb_ops_scratch(int slot, int64_t n);
 
+/* Checks a per-feature parameter (weight/bias of a norm) has x's trailing `normalized_ndim` dims and
+ * stages it as contiguous f32; NULL param gives a zeroed *out. `what` names it in errors. */
+tb_status tb_ops_stage_normalized_param(const tb_tensor *param, const tb_tensor *x, int normalized_ndim,
+                                        const char *what, tb_tensor *out);
+
 /* dtype promotion for binary float ops: f32 if either is f32 or they differ, else the shared dtype. */
 tb_dtype tb_ops_promote(tb_dtype a, tb_dtype b);
 

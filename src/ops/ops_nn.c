@@ -76,25 +76,6 @@ static void norm_chunk(void *context, int64_t begin, int64_t end, int thread_ind
                                  job->eps, NULL, NULL);
 }
 
-/* Checks a per-feature parameter has the trailing normalized shape and stages it as f32. */
-static tb_status stage_param(const tb_tensor *param, const tb_tensor *x, int normalized_ndim, const char *what,
-                             tb_tensor *out) {
-    memset(out, 0, sizeof *out);
-    if (!param)
-        return TB_OK;
-    TB_TRY(tb_ops_require_float(param->dtype, what));
-    bool ok = param->ndim == normalized_ndim;
-    for (int i = 0; ok && i < normalized_ndim; i++)
-        ok = param->shape[i] == x->shape[x->ndim - normalized_ndim + i];
-    if (!ok) {
-        char a[128], b[128];
-        return tb_error_set(TB_ERR_SHAPE, "%s has shape %s but the normalized shape is %s", what,
-                            tb_shape_string(param->ndim, param->shape, a, sizeof a),
-                            tb_shape_string(normalized_ndim, x->shape + x->ndim - normalized_ndim, b, sizeof b));
-    }
-    return tb_ops_as_f32(param, out);
-}
-
 static tb_status run_norm(bool rms, const tb_tensor *x, int normalized_ndim, const tb_tensor *weight,
                           const tb_tensor *bias, float eps, tb_tensor *out) {
     memset(out, 0, sizeof *out);
@@ -106,8 +87,8 @@ static tb_status run_norm(bool rms, const tb_tensor *x, int normalized_ndim, con
     if (!(eps >= 0.0f))
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s: eps must be >= 0", name);
     tb_tensor w, b, source, result = {0};
-    TB_TRY(stage_param(weight, x, normalized_ndim, rms ? "rms_norm: weight" : "layer_norm: weight", &w));
-    tb_status status = stage_param(bias, x, normalized_ndim, "layer_norm: bias", &b);
+    TB_TRY(tb_ops_stage_normalized_param(weight, x, normalized_ndim, rms ? "rms_norm: weight" : "layer_norm: weight", &w));
+    tb_status status = tb_ops_stage_normalized_param(bias, x, normalized_ndim, "layer_norm: bias", &b);
     if (status == TB_OK)
         status = tb_ops_as_f32(x, &source);
     else

@@ -310,25 +310,6 @@ static void layer_norm_rows(void *context, int64_t begin, int64_t end, int threa
                 job->eps, job->mean + begin, job->rstd + begin);
 }
 
-/* Stages a layer-norm parameter with the trailing normalized shape of x, flattened to [len]. */
-static tb_status stage_normalized(const tb_tensor *param, const tb_tensor *x, int normalized_ndim, const char *what,
-                                  tb_tensor *out) {
-    memset(out, 0, sizeof *out);
-    if (!param)
-        return TB_OK;
-    TB_TRY(tb_ops_require_float(param->dtype, what));
-    bool ok = param->ndim == normalized_ndim;
-    for (int i = 0; ok && i < normalized_ndim; i++)
-        ok = param->shape[i] == x->shape[x->ndim - normalized_ndim + i];
-    if (!ok) {
-        char a[128], b[128];
-        return tb_error_set(TB_ERR_SHAPE, "%s has shape %s but the normalized shape is %s", what,
-                            tb_shape_string(param->ndim, param->shape, a, sizeof a),
-                            tb_shape_string(normalized_ndim, x->shape + x->ndim - normalized_ndim, b, sizeof b));
-    }
-    return tb_ops_as_f32(param, out);
-}
-
 tb_status tb_op_native_layer_norm(const tb_tensor *x, int normalized_ndim, const tb_tensor *weight,
                                   const tb_tensor *bias, float eps, tb_tensor *out, tb_tensor *mean, tb_tensor *rstd) {
     memset(out, 0, sizeof *out);
@@ -354,9 +335,9 @@ tb_status tb_op_native_layer_norm(const tb_tensor *x, int normalized_ndim, const
         stats_shape[d] = d < axis ? x->shape[d] : 1;
     tb_status status = tb_nn_stage(x, "native_layer_norm: input", &t[X]);
     if (status == TB_OK)
-        status = stage_normalized(weight, x, normalized_ndim, "native_layer_norm: weight", &t[W]);
+        status = tb_ops_stage_normalized_param(weight, x, normalized_ndim, "native_layer_norm: weight", &t[W]);
     if (status == TB_OK)
-        status = stage_normalized(bias, x, normalized_ndim, "native_layer_norm: bias", &t[B]);
+        status = tb_ops_stage_normalized_param(bias, x, normalized_ndim, "native_layer_norm: bias", &t[B]);
     if (status == TB_OK)
         status = tb_tensor_empty(TB_F32, x->ndim, x->shape, TB_ALLOC_DEFAULT, &t[RESULT]);
     if (status == TB_OK)
