@@ -1,0 +1,227 @@
+"""The ``torch.compile`` backend: ``torch.compile(model, backend="torchburn")``.
+
+The backend lowers the FX graph that Dynamo captures to ATen ops, partitions it into maximal regions
+that torchburn runs natively, and compiles each region into a plan (fused kernels, one planned
+arena) through a structural BLAKE3-keyed cache: two modules with the same structure share one plan,
+whatever their weights. Nodes torchburn does not support stay in the FX graph and run in PyTorch
+(one :class:`TorchburnFallbackWarning` per op kind; ``TORCHBURN_QUIET=1`` silences them), and a
+region that cannot run for any reason runs in PyTorch for that call, so results are the same either
+way.
+
+* Inference (grad disabled, or no input requires grad) is traced to ATen directly (functionalized,
+  static shapes) and, when the whole graph is one region, Dynamo calls the plan itself: inputs are
+  read in place, the plan runs in C with the GIL released, outputs come back as torch tensors.
+* Training (an input requires grad) and dynamic shapes go through ``aot_autograd``: the forward and
+  backward graphs are both compiled the same way; symbolic sizes are specialized at run time.
+
+Example::
+
+    >>> import torch, torchburn
+    >>> model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).eval()
+    >>> compiled = torch.compile(model, backend="torchburn")
+    >>> x = torch.randn(32, 512)
+    >>> torch.testing.assert_close(compiled(x), model(x))
+
+Environment: ``TORCHBURN_DEBUG=1`` (log decisions to stderr), ``TORCHBURN_QUIET=1`` (no fallback
+warnings), ``TORCHBURN_CACHE_SIZE`` / ``TORCHBURN_PREPARED_CACHE_SIZE`` (plan cache entries, 1024).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from .. import _C
+from . import diagnostics
+from .compiler import compile_graph
+from .decompositions import DECOMPOSITIONS
+from .diagnostics import GraphRecord, Recorder, TorchburnFallbackWarning, debug, warn_once
+
+__all__ = [
+    "torchburn_backend",
+    "compile",
+    "register",
+    "cache_stats",
+    "cache_clear",
+    "set_cache_size",
+    "explain",
+    "Explanation",
+    "TorchburnFallbackWarning",
+]
+
+
+def _is_dynamic(gm: torch.fx.GraphModule, example_inputs: list) -> bool:
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(value, torch.Tensor) and any(not isinstance(s, int) for s in value.shape):
+            return True
+    return any(not isinstance(x, torch.Tensor) for x in example_inputs)
+
+
+def _needs_autograd(example_inputs: list) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+
+
+def _trace_inference(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphModule:
+    """Dynamo's graph as a functional ATen graph with fake-tensor metadata (static shapes)."""
+    from torch._guards import tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    # our own fake mode without a shape environment: static shapes, whatever Dynamo's mode does
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_inputs = [fake_mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
+                   for x in example_inputs]
+    functional = torch.func.functionalize(gm, remove="mutations")
+    with tracing(None), fake_mode, torch.no_grad():
+        traced = make_fx(functional, decomposition_table=DECOMPOSITIONS, tracing_mode="real")(*fake_inputs)
+    traced.graph.eliminate_dead_code()
+    traced.recompile()
+    return traced
+
+
+def _aot(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def compiler(kind: str) -> Callable:
+        def compile_fn(graph: torch.fx.GraphModule, inputs: list) -> Callable:
+            compiled, _ = compile_graph(graph, kind)
+            return make_boxed_func(compiled.forward)
+
+        return compile_fn
+
+    backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                           inference_compiler=compiler("inference"), decompositions=DECOMPOSITIONS,
+                           keep_inference_input_mutations=True)
+    return backend(gm, example_inputs)
+
+
+def torchburn_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
+    """The Dynamo backend function (``torch.compile(model, backend="torchburn")``).
+
+    Returns a callable equivalent to ``gm``: the plan itself when the whole graph runs natively, else
+    the rewritten FX graph. Options passed through ``torch.compile(options=...)`` are accepted and
+    currently unused.
+    """
+    if kwargs:
+        debug("ignoring backend options %s", sorted(kwargs))
+    try:
+        if _needs_autograd(example_inputs) or _is_dynamic(gm, example_inputs):
+            debug("graph with %d inputs: aot_autograd path (%s)", len(example_inputs),
+                  "training" if _needs_autograd(example_inputs) else "dynamic shapes")
+            return _aot(gm, example_inputs)
+        traced = _trace_inference(gm, example_inputs)
+        compiled, whole_plan = compile_graph(traced, "inference")
+        if whole_plan is not None:
+            debug("the whole graph is one plan: Dynamo calls it directly")
+            return whole_plan
+        return compiled.forward
+    except Exception as error:  # noqa: BLE001 - compiling must never break the model
+        warn_once(("backend", type(error).__name__, str(error)[:100]),
+                  f"torchburn: this graph runs in PyTorch ({type(error).__name__}: {error})")
+        return gm.forward
+
+
+def register(name: str = "torchburn") -> None:
+    """Registers the backend with Dynamo under `name` (installing the package does this through its
+    ``torch_dynamo_backends`` entry point; this is for source checkouts and other names)."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if name not in _COMPILER_FNS:
+        register_backend(torchburn_backend, name=name)
+
+
+def compile(model: Any, **kwargs: Any) -> Any:  # noqa: A001 - mirrors torch.compile
+    """``torch.compile(model, backend="torchburn", **kwargs)``."""
+    register()
+    return torch.compile(model, backend="torchburn", **kwargs)
+
+
+def cache_stats() -> dict:
+    """Statistics of the prepared-plan cache: ``{size, hits, misses, evictions, capacity}``, plus
+    ``graphs``, the same for the optimized-graph cache."""
+    stats = _C.plan_cache_stats()
+    prepared = dict(stats["prepared"])
+    prepared["graphs"] = dict(stats["graphs"])
+    return prepared
+
+
+def cache_clear() -> None:
+    """Empties the plan caches and zeroes their counters (compiled models keep their plans)."""
+    _C.plan_cache_clear()
+
+
+def set_cache_size(graphs: int = 0, prepared: int = 0) -> None:
+    """Sets the capacity of the optimized-graph cache and of the prepared-plan cache (0 keeps one),
+    evicting the least recently used entries (the environment sets the initial sizes)."""
+    _C.plan_cache_set_capacity(int(graphs), int(prepared))
+
+
+@dataclass
+class Explanation:
+    """What torchburn does with a model (see :func:`explain`)."""
+
+    graphs: list = field(default_factory=list)  # GraphRecord per compiled ATen graph
+
+    @property
+    def native_ops(self) -> dict:
+        return _merge(g.native_ops for g in self.graphs)
+
+    @property
+    def fallback_ops(self) -> dict:
+        return _merge(g.fallback_ops for g in self.graphs)
+
+    @property
+    def regions(self) -> list:
+        return [r for g in self.graphs for r in g.regions]
+
+    @property
+    def fusions(self) -> list:
+        return [line for g in self.graphs for d in g.fusions for line in d.splitlines()
+                if " <- " in line and ("+" in line.split(" <- ")[1] or "fused" in line)]
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.graphs)} graph(s), {len(self.regions)} native region(s)"]
+        lines.append("native ops: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.native_ops.items())))
+        fallback = self.fallback_ops
+        lines.append("PyTorch ops: " + (", ".join(f"{k} x{v}" for k, v in sorted(fallback.items())) or "none"))
+        for graph in self.graphs:
+            for i, (nodes, description) in enumerate(zip(graph.regions, graph.fusions)):
+                lines.append(f"{graph.kind} region {i} ({len(nodes)} nodes):")
+                lines.extend("    " + line for line in description.splitlines())
+            for nodes, reason in graph.failed_regions:
+                lines.append(f"{graph.kind} region of {len(nodes)} nodes in PyTorch: {reason}")
+        return "\n".join(lines)
+
+
+def _merge(dicts: Any) -> dict:
+    merged: dict = {}
+    for d in dicts:
+        for key, count in d.items():
+            merged[key] = merged.get(key, 0) + count
+    return merged
+
+
+def explain(model: Any, *example_inputs: Any, **kwargs: Any) -> Explanation:
+    """Compiles and runs `model` once on `example_inputs` and reports which ATen ops run natively,
+    which run in PyTorch (and why), the native regions and the fusions made.
+
+    Example::
+
+        >>> report = torchburn.explain(model, torch.randn(32, 512))
+        >>> print(report)            # or report.native_ops, report.fallback_ops, report.fusions
+    """
+
+    def recording_backend(gm: torch.fx.GraphModule, inputs: list) -> Callable:
+        return torchburn_backend(gm, inputs)
+
+    with Recorder() as recorder:
+        compiled = torch.compile(model, backend=recording_backend, **kwargs)
+        compiled(*example_inputs)
+    return Explanation(graphs=list(recorder.graphs))

@@ -1,0 +1,309 @@
+"""From an ATen FX graph to a callable: partition into maximal supported regions, lower each region to
+a torchburn plan, and splice the plans back into the FX graph (unsupported nodes stay there and run
+in PyTorch).
+
+Partitioning uses torch's CapabilityBasedPartitioner (it merges supported nodes into the largest
+regions that keep the graph acyclic). Views at the edge of a region whose results are only used
+outside it are moved out (PyTorch makes them for free; a plan would have to copy them). A region
+made only of views is left alone.
+
+Each region becomes a :class:`Region`: its FX subgraph (kept as the eager fallback) and, for static
+shapes, one Plan whose ``fallback`` is the eager subgraph, so a plan that rejects its inputs or fails
+at run time never breaks the call. Regions with symbolic shapes (``dynamic=True``) specialize a plan
+per concrete input signature at run time, or run eagerly when that is impossible.
+"""
+from __future__ import annotations
+
+import operator
+import threading
+from typing import Any, Callable, Optional
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.utils.fuser_utils import legalize_graph
+
+from . import diagnostics, lowering
+from .diagnostics import GraphRecord, debug, warn_once
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reasons: dict = {}
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        ok, reason = lowering.support(node)
+        if not ok:
+            self.reasons[node] = reason
+        return ok
+
+
+def _has_symbols(value: Any) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(not isinstance(s, int) for s in value.shape)
+    if isinstance(value, (list, tuple)):
+        return any(_has_symbols(v) for v in value)
+    return False
+
+
+def _tidy(gm: torch.fx.GraphModule, part: set) -> set:
+    """Moves edge views out of a partition and keeps getitems with their multi-output compute source.
+
+    A view used only outside leaves the partition; a view used inside and outside is duplicated, the
+    outside users getting PyTorch's own (free) view; a getitem of a view (split, unbind) used only
+    outside leaves too. Getitems of a multi-output compute op always stay with it."""
+    changed = True
+    while changed:
+        changed = False
+        for node in list(part):
+            if node not in part:
+                continue
+            if node.target is operator.getitem:
+                source = node.args[0]
+                if source not in part or (source.target in lowering.VIEW_TARGETS and node.users
+                                          and all(u not in part for u in node.users)):
+                    part.discard(node)
+                    changed = True
+                continue
+            if node.target in lowering.VIEW_TARGETS:
+                outside_users = [u for u in node.users if u not in part]
+                if node.users and len(outside_users) == len(node.users):
+                    part.discard(node)
+                    changed = True
+                elif outside_users:
+                    with gm.graph.inserting_after(node):
+                        copy = gm.graph.node_copy(node)
+                    copy.meta = dict(node.meta)
+                    for user in outside_users:
+                        user.replace_input_with(node, copy)
+                    changed = True
+                continue
+            for user in node.users:
+                if user.target is operator.getitem and user not in part:
+                    part.add(user)
+                    changed = True
+    return part
+
+
+class Region:
+    """One supported region: the eager FX subgraph and its plan(s)."""
+
+    _EAGER = object()
+
+    def __init__(self, name: str, gm: torch.fx.GraphModule, node_names: list, dynamic: bool) -> None:
+        self.name = name
+        self.gm = gm
+        self.node_names = node_names
+        self.dynamic = dynamic
+        self.plan: Any = None
+        self.plans: dict = {}
+        self.lock = threading.Lock()
+        self.description = ""
+        self.__name__ = f"torchburn_{name}"  # FX names call targets after __name__
+
+    # -- static regions --
+
+    def build_static(self) -> Any:
+        plan, hit, self.description = build_plan(self.gm)
+        debug("%s: plan %s (%s), %d nodes:\n%s", self.name, plan.key[:16], "cache hit" if hit else "compiled",
+              len(self.node_names), self.description.rstrip())
+        plan.fallback = self.fallback
+        self.plan = plan
+        return plan
+
+    def eager(self, *args: Any) -> tuple:
+        out = self.gm(*args)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def fallback(self, *args: Any) -> tuple:
+        """Runs the region in PyTorch (the plan rejected its inputs or failed)."""
+        plan = self.plan
+        reason = getattr(plan, "last_error", None) if plan is not None else None
+        if reason is None:
+            reason = "inputs differ from the compiled signature"
+        warn_once(("region", self.name, reason), f"torchburn: region {self.name} ran in PyTorch: {reason}")
+        return self.eager(*args)
+
+    # -- dynamic regions: one plan per concrete signature --
+
+    def __call__(self, *args: Any) -> tuple:
+        key = tuple((a.dtype, tuple(a.shape), a.stride(), a.device.type) if isinstance(a, torch.Tensor) else a
+                    for a in args)
+        plan = self.plans.get(key)
+        if plan is None:
+            with self.lock:
+                plan = self.plans.get(key)
+                if plan is None:
+                    plan = self._specialize(args)
+                    self.plans[key] = plan
+        if plan is Region._EAGER:
+            return self.eager(*args)
+        return plan(*[a for a in args if isinstance(a, torch.Tensor)])
+
+    def _specialize(self, args: tuple) -> Any:
+        try:
+            metas = _concrete_metas(self.gm, args)
+            plan, hit, description = build_plan(self.gm, metas)
+        except Exception as error:  # noqa: BLE001 - any failure means: run this signature eagerly
+            warn_once(("specialize", self.name, type(error).__name__),
+                      f"torchburn: region {self.name} runs in PyTorch for some input shapes: {error}")
+            return Region._EAGER
+        debug("%s: specialized for %s (%s)", self.name,
+              [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args], "hit" if hit else "compiled")
+        tensor_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+        def eager_tensors_only(*tensors: Any) -> tuple:
+            full = list(args)
+            for position, tensor in zip(tensor_positions, tensors):
+                full[position] = tensor
+            return self.eager(*full)
+
+        plan.fallback = eager_tensors_only
+        self.description = description
+        return plan
+
+
+def _concrete_metas(gm: torch.fx.GraphModule, args: tuple) -> dict:
+    """Runs the subgraph on fake tensors of the concrete input shapes, recording every node's value."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    metas: dict = {}
+
+    class Recording(torch.fx.Interpreter):
+        def run_node(self, node: torch.fx.Node) -> Any:
+            result = super().run_node(node)
+            metas[node] = result
+            return result
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake_args = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
+        Recording(gm).run(*fake_args)
+    return metas
+
+
+def build_plan(gm: torch.fx.GraphModule, metas: Optional[dict] = None) -> tuple:
+    """Lowers a region subgraph (placeholders = region inputs, output = tuple of region outputs) and
+    compiles it. Returns (Plan, cache_hit, description). Raises on anything unsupported."""
+    builder = lowering.Builder(metas)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value = builder.meta(node)
+            if isinstance(value, torch.Tensor):
+                builder.values[node] = builder.input(node)
+        elif node.op == "call_function":
+            lowering.lower_node(builder, node)
+        elif node.op == "output":
+            for out in node.args[0]:
+                builder.graph.output(builder.value(out))
+        else:
+            raise lowering.LoweringError(f"unexpected {node.op} node")
+    plan, hit = builder.graph.compile()
+    return plan, hit, plan.describe()
+
+
+def _extract(gm: torch.fx.GraphModule, part: set, name: str, all_placeholders: bool) -> tuple:
+    """The region's subgraph, its external inputs and its outputs (FX nodes of gm)."""
+    nodes = [n for n in gm.graph.nodes if n in part]
+    inputs: list = []
+    if all_placeholders:
+        inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node in nodes:
+        for arg in node.all_input_nodes:
+            if arg not in part and arg not in inputs:
+                inputs.append(arg)
+    outputs = [n for n in nodes if any(u not in part for u in n.users)]
+    sub = torch.fx.Graph()
+    env: dict = {}
+    for arg in inputs:
+        env[arg] = sub.placeholder(arg.name)
+        env[arg].meta = dict(arg.meta)
+    for node in nodes:
+        env[node] = sub.node_copy(node, lambda a: env[a])
+    sub.output(tuple(env[o] for o in outputs))
+    return torch.fx.GraphModule(gm, sub, class_name=name), inputs, outputs
+
+
+def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
+    """Partitions an ATen graph, builds its regions and rewrites it. Returns (callable, whole_plan)
+    where whole_plan is the single Plan when the whole graph is one static region whose inputs are
+    the graph's placeholders and whose outputs are the graph's outputs in order (then calling the
+    Plan directly is equivalent and skips the FX wrapper)."""
+    record = GraphRecord(kind=kind)
+    support = _Support()
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    partitions = [_tidy(gm, set(p.nodes)) for p in partitioner.propose_partitions()]
+    partitions = [p for p in partitions if any(n.target not in lowering.VIEW_TARGETS for n in p)]
+    in_partition = set().union(*partitions) if partitions else set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        label = str(node.target).replace("aten.", "")
+        if node.target is operator.getitem:
+            continue
+        if node in in_partition:
+            record.native_ops[label] = record.native_ops.get(label, 0) + 1
+        elif node in support.reasons:
+            reason = support.reasons[node]
+            record.fallback_ops[reason] = record.fallback_ops.get(reason, 0) + 1
+            warn_once(("op", reason), f"torchburn: {reason} runs in PyTorch (not supported natively)")
+
+    calls = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    all_tensors = all(isinstance(lowering.meta(p), torch.Tensor) for p in placeholders)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    whole_plan = None
+    for index, part in enumerate(sorted(partitions, key=lambda p: min(order[n] for n in p))):
+        name = f"region{index}"
+        node_names = [n.name for n in gm.graph.nodes if n in part]
+        whole = len(partitions) == 1 and len(part) == calls and all_tensors
+        try:
+            sub_gm, inputs, outputs = _extract(gm, part, name, all_placeholders=whole)
+        except Exception as error:  # noqa: BLE001
+            record.failed_regions.append((node_names, str(error)))
+            continue
+        dynamic = any(_has_symbols(lowering.meta(n)) for n in list(part) + inputs)
+        region = Region(name, sub_gm, node_names, dynamic)
+        target: Callable
+        if dynamic:
+            target = region
+        else:
+            try:
+                target = region.build_static()
+            except Exception as error:  # noqa: BLE001 - the region stays in PyTorch
+                record.failed_regions.append((node_names, f"{type(error).__name__}: {error}"))
+                warn_once(("lowering", type(error).__name__, str(error)[:80]),
+                          f"torchburn: a region of {len(part)} ops runs in PyTorch: {error}")
+                continue
+        record.regions.append(node_names)
+        record.fusions.append(region.description)
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        with gm.graph.inserting_before(out_node):
+            call = gm.graph.call_function(target, tuple(inputs))
+            call.meta["val"] = tuple(lowering.meta(o) for o in outputs)
+            for i, out in enumerate(outputs):
+                item = gm.graph.call_function(operator.getitem, (call, i))
+                item.meta = dict(out.meta)
+                out.replace_all_uses_with(item, delete_user_cb=lambda user: user not in part)
+        for node in reversed([n for n in gm.graph.nodes if n in part]):
+            gm.graph.erase_node(node)
+        if whole and not dynamic:
+            returned = out_node.args[0]
+            returned = list(returned) if isinstance(returned, (list, tuple)) else [returned]
+            items = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is operator.getitem]
+            if ([i.args[1] for i in returned if getattr(i, "target", None) is operator.getitem] == list(range(len(outputs)))
+                    and len(returned) == len(outputs) and list(inputs) == placeholders
+                    and isinstance(out_node.args[0], tuple) and len(items) == len(outputs)):
+                whole_plan = target
+    legalize_graph(gm)
+    gm.graph.lint()
+    gm.recompile()
+    diagnostics.Recorder.record(record)
+    debug("%s graph: %d native ops in %d regions, %d ops in PyTorch %s", kind, sum(record.native_ops.values()),
+          len(record.regions), sum(record.fallback_ops.values()), dict(record.fallback_ops) or "")
+    return gm, whole_plan
+

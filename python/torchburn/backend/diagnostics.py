@@ -1,0 +1,92 @@
+"""Logging and warnings of the compile backend.
+
+* ``TORCHBURN_DEBUG=1`` logs every decision (graphs, regions, fusions, cache hits, fallbacks) to
+  stderr through the ``torchburn.backend`` logger.
+* An op that runs in PyTorch instead of natively is reported once per op kind with a
+  :class:`TorchburnFallbackWarning`; ``TORCHBURN_QUIET=1`` silences those warnings.
+* :class:`Recorder` collects what the backend did, for :func:`torchburn.explain`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+logger = logging.getLogger("torchburn.backend")
+_configured = False
+_lock = threading.Lock()
+_warned: set = set()
+
+
+class TorchburnFallbackWarning(UserWarning):
+    """An op or a region runs in PyTorch instead of torchburn's kernels (results are unchanged)."""
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("TORCHBURN_DEBUG", "0") not in ("", "0")
+
+
+def quiet() -> bool:
+    return os.environ.get("TORCHBURN_QUIET", "0") not in ("", "0")
+
+
+def debug(message: str, *args) -> None:
+    global _configured
+    if not debug_enabled():
+        return
+    if not _configured:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[torchburn] %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        _configured = True
+    logger.debug(message, *args)
+
+
+def warn_once(kind: str, message: str) -> None:
+    """Warns once per `kind` per process (unless TORCHBURN_QUIET=1)."""
+    with _lock:
+        if kind in _warned:
+            return
+        _warned.add(kind)
+    debug("%s", message)
+    if not quiet():
+        warnings.warn(message, TorchburnFallbackWarning, stacklevel=3)
+
+
+@dataclass
+class GraphRecord:
+    """What the backend did with one ATen graph."""
+
+    kind: str  # "inference", "forward" or "backward"
+    native_ops: dict = field(default_factory=dict)  # op name -> count
+    fallback_ops: dict = field(default_factory=dict)  # op name (with reason) -> count
+    regions: list = field(default_factory=list)  # per region: list of FX node names
+    fusions: list = field(default_factory=list)  # per region: the plan's step listing
+    failed_regions: list = field(default_factory=list)  # (node names, reason)
+
+
+class Recorder:
+    """Collects GraphRecords while active (used by torchburn.explain)."""
+
+    _active: Optional["Recorder"] = None
+
+    def __init__(self) -> None:
+        self.graphs: list = []
+
+    def __enter__(self) -> "Recorder":
+        Recorder._active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        Recorder._active = None
+
+    @classmethod
+    def record(cls, graph: GraphRecord) -> None:
+        if cls._active is not None:
+            cls._active.graphs.append(graph)

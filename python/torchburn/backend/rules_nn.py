@@ -1,0 +1,422 @@
+"""Lowering rules for softmax, norms, linear algebra, convolution, attention, pooling, embeddings,
+concatenation, losses and their backward ops (see lowering.py)."""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Optional
+
+import torch
+
+from .lowering import (BINARY, DTYPE_NAMES, F32, FLOATS, Builder, _contiguous_strides, meta, rule, static_shape,
+                       static_strides)
+
+aten = torch.ops.aten
+
+
+# ---- softmax, norms ------------------------------------------------------------------------------
+
+
+@rule(aten._softmax.default, aten._log_softmax.default, dtypes=FLOATS)
+def _softmax(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("softmax", [b.value(n.args[0])], {"dim": int(n.args[1]), "log": int(n.target == aten._log_softmax.default),
+                                                  "dtype": b.dtype(n)})
+
+
+@rule(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default, dtypes=FLOATS)
+def _softmax_backward(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("softmax_backward", [b.value(n.args[0]), b.value(n.args[1])],
+                 {"dim": int(n.args[2]), "log": int(n.target == aten._log_softmax_backward_data.default),
+                  "dtype": b.dtype(n)})
+
+
+def _optional_inputs(b: Builder, *args) -> tuple:
+    present = [a for a in args if a is not None]
+    return [b.value(a) for a in present], [int(a is not None) for a in args]
+
+
+def _layer_norm_check(n: torch.fx.Node) -> bool:
+    x = meta(n.args[0])
+    used = {u.args[1] for u in n.users if u.target is operator.getitem and u.users}
+    return x.dtype == torch.float32 or not (used - {0})
+
+
+@rule(aten.native_layer_norm.default, check=_layer_norm_check, dtypes=FLOATS)
+def _layer_norm(b: Builder, n: torch.fx.Node) -> tuple:
+    x, shape, weight, bias, eps = n.args
+    inputs, (has_w, has_b) = _optional_inputs(b, weight, bias)
+    first = b.add("layer_norm", [b.value(x)] + inputs,
+                  {"normalized_ndim": len(shape), "has_weight": has_w, "has_bias": has_b, "eps": float(eps)})
+    return (first, first + 1, first + 2)
+
+
+@rule(aten.native_layer_norm_backward.default, dtypes=FLOATS)
+def _layer_norm_backward(b: Builder, n: torch.fx.Node) -> tuple:
+    grad, x, shape, mean, rstd, weight, bias, mask = n.args
+    inputs, (has_w, has_b) = _optional_inputs(b, weight, bias)
+    first = b.add("layer_norm_backward", [b.value(grad), b.value(x), b.value(mean), b.value(rstd)] + inputs,
+                  {"normalized_ndim": len(shape), "has_weight": has_w, "has_bias": has_b,
+                   "output_mask": [int(m) for m in mask]})
+    return tuple(first + i if mask[i] else None for i in range(3))
+
+
+@rule(aten.native_group_norm.default, check=lambda n: meta(n.args[0]).dtype == torch.float32, dtypes=FLOATS)
+def _group_norm(b: Builder, n: torch.fx.Node) -> tuple:
+    x, weight, bias, _n, _c, _hw, group, eps = n.args
+    inputs, (has_w, has_b) = _optional_inputs(b, weight, bias)
+    first = b.add("group_norm", [b.value(x)] + inputs,
+                  {"groups": int(group), "has_weight": has_w, "has_bias": has_b, "eps": float(eps)})
+    return (first, first + 1, first + 2)
+
+
+@rule(aten.native_group_norm_backward.default, dtypes=FLOATS)
+def _group_norm_backward(b: Builder, n: torch.fx.Node) -> tuple:
+    grad, x, mean, rstd, weight, _n, _c, _hw, group, mask = n.args
+    inputs, (has_w,) = _optional_inputs(b, weight)
+    first = b.add("group_norm_backward", [b.value(grad), b.value(x), b.value(mean), b.value(rstd)] + inputs,
+                  {"groups": int(group), "has_weight": has_w, "output_mask": [int(m) for m in mask]})
+    return tuple(first + i if mask[i] else None for i in range(3))
+
+
+def _empty_stats(b: Builder, n: torch.fx.Node) -> tuple:
+    """The save_mean/save_invstd outputs of an eval batch norm: empty tensors (made only if used)."""
+    outs = b.meta(n)
+    used = {u.args[1] for u in n.users if u.target is operator.getitem and u.users}
+    return tuple(b.full(0.0, DTYPE_NAMES[outs[i].dtype], static_shape(outs[i])) if i in used else None
+                 for i in (1, 2))
+
+
+def _batch_norm_stats_empty(n: torch.fx.Node) -> bool:
+    outs = meta(n)
+    return all(static_shape(outs[i]) is not None and math.prod(static_shape(outs[i])) == 0 for i in (1, 2))
+
+
+@rule(aten._native_batch_norm_legit_no_training.default,
+      check=lambda n: len(meta(n.args[0]).shape) >= 2 and _batch_norm_stats_empty(n), dtypes=FLOATS)
+def _batch_norm_eval(b: Builder, n: torch.fx.Node) -> tuple:
+    x, weight, bias, mean, var, _momentum, eps = n.args
+    inputs, (has_w, has_b) = _optional_inputs(b, weight, bias)
+    out = b.add("batch_norm", [b.value(x), b.value(mean), b.value(var)] + inputs,
+                {"has_weight": has_w, "has_bias": has_b, "eps": float(eps)})
+    return (out,) + _empty_stats(b, n)
+
+
+@rule(aten.native_batch_norm.default,
+      check=lambda n: (len(meta(n.args[0]).shape) >= 2 and not n.args[5] and n.args[3] is not None
+                       and _batch_norm_stats_empty(n)), dtypes=FLOATS)
+def _native_batch_norm_eval(b: Builder, n: torch.fx.Node) -> tuple:
+    x, weight, bias, mean, var, _training, _momentum, eps = n.args
+    inputs, (has_w, has_b) = _optional_inputs(b, weight, bias)
+    out = b.add("batch_norm", [b.value(x), b.value(mean), b.value(var)] + inputs,
+                {"has_weight": has_w, "has_bias": has_b, "eps": float(eps)})
+    return (out,) + _empty_stats(b, n)
+
+
+@rule(aten._native_batch_norm_legit_functional.default, check=lambda n: bool(n.args[5]), dtypes=FLOATS)
+def _batch_norm_train(b: Builder, n: torch.fx.Node) -> tuple:
+    x, weight, bias, running_mean, running_var, _training, momentum, eps = n.args
+    inputs, (has_w, has_b) = _optional_inputs(b, weight, bias)
+    has_running = running_mean is not None and running_var is not None
+    if has_running:
+        inputs += [b.value(running_mean), b.value(running_var)]
+    first = b.add("batch_norm_train", [b.value(x)] + inputs,
+                  {"has_weight": has_w, "has_bias": has_b, "has_running": int(has_running),
+                   "momentum": float(momentum), "eps": float(eps)})
+    return tuple(first + i for i in range(5))
+
+
+@rule(aten.native_batch_norm_backward.default, dtypes=FLOATS)
+def _batch_norm_backward(b: Builder, n: torch.fx.Node) -> tuple:
+    grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps, mask = n.args
+    inputs = [b.value(grad), b.value(x)]
+    has_w = weight is not None
+    if has_w:
+        inputs.append(b.value(weight))
+    has_running = running_mean is not None and running_var is not None
+    if has_running:
+        inputs += [b.value(running_mean), b.value(running_var)]
+    has_save = save_mean is not None and save_invstd is not None
+    if has_save:
+        inputs += [b.value(save_mean), b.value(save_invstd)]
+    first = b.add("batch_norm_backward", inputs,
+                  {"train": int(bool(train)), "has_weight": int(has_w), "has_running": int(has_running),
+                   "has_save": int(has_save), "output_mask": [int(m) for m in mask], "eps": float(eps)})
+    return tuple(first + i if mask[i] else None for i in range(3))
+
+
+# ---- linear algebra ------------------------------------------------------------------------------
+
+def _addmm_check(n: torch.fx.Node) -> bool:
+    beta = n.kwargs.get("beta", 1)
+    alpha = n.kwargs.get("alpha", 1)
+    return beta == 1 and alpha == 1
+
+
+@rule(aten.addmm.default, check=_addmm_check, dtypes=F32)
+def _addmm(b: Builder, n: torch.fx.Node) -> int:
+    bias, x, w = n.args[:3]
+    out_shape = b.shape(n)
+    bias_shape = b.shape(bias)
+    numel = math.prod(bias_shape) if bias_shape else 1
+    if numel == out_shape[1] and (not bias_shape or bias_shape[-1] == out_shape[1]) and out_shape[1] > 0:
+        bias_v = b.value(bias)
+        if len(bias_shape) != 1:
+            bias_v = b.view(bias_v, [out_shape[1]])
+        return b.add("matmul", [b.value(x), b.value(w), bias_v], {"has_bias": 1})
+    if tuple(bias_shape) == tuple(out_shape):
+        return b.add("matmul", [b.value(x), b.value(w), b.value(bias)], {"has_residual": 1})
+    product = b.add("matmul", [b.value(x), b.value(w)], {})
+    return b.add("binary", [product, b.value(bias)], {"op": BINARY["add"], "dtype": "float32"})
+
+
+@rule(aten.mm.default, aten.bmm.default, dtypes=F32)
+def _mm(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("matmul", [b.value(n.args[0]), b.value(n.args[1])], {})
+
+
+def _conv_check(n: torch.fx.Node) -> bool:
+    x = meta(n.args[0])
+    transposed, output_padding = n.args[6], n.args[7]
+    padding = n.args[4]
+    return (len(x.shape) == 4 and not transposed and all(p == 0 for p in output_padding)
+            and not isinstance(padding, str) and len(n.args[3]) == 2)
+
+
+@rule(aten.convolution.default, check=_conv_check, dtypes=F32)
+def _conv(b: Builder, n: torch.fx.Node) -> int:
+    x, w, bias, stride, padding, dilation, _t, _op, groups = n.args
+    inputs = [b.value(x), b.value(w)]
+    if bias is not None:
+        inputs.append(b.value(bias))
+    return b.add("conv2d", inputs, {"stride": b.ints(stride), "padding": b.ints(padding), "dilation": b.ints(dilation),
+                                    "groups": int(groups), "has_bias": int(bias is not None)})
+
+
+def _conv_backward_check(n: torch.fx.Node) -> bool:
+    x = meta(n.args[1])
+    return len(x.shape) == 4 and not n.args[7] and all(p == 0 for p in n.args[8])
+
+
+@rule(aten.convolution_backward.default, check=_conv_backward_check, dtypes=F32)
+def _conv_backward(b: Builder, n: torch.fx.Node) -> tuple:
+    grad, x, w, _bias_sizes, stride, padding, dilation, _t, _op, groups, mask = n.args
+    first = b.add("conv2d_backward", [b.value(grad), b.value(x), b.value(w)],
+                  {"stride": b.ints(stride), "padding": b.ints(padding), "dilation": b.ints(dilation),
+                   "groups": int(groups), "output_mask": [int(m) for m in mask]})
+    return tuple(first + i if mask[i] else None for i in range(3))
+
+
+def _attention_check(n: torch.fx.Node) -> bool:
+    dropout = n.args[3] if len(n.args) > 3 else n.kwargs.get("dropout_p", 0.0)
+    mask = n.kwargs.get("attn_mask")
+    q = meta(n.args[0])
+    if mask is not None and meta(mask).dtype not in (torch.bool, torch.float32):
+        return False
+    return float(dropout) == 0.0 and len(q.shape) in (3, 4) and not n.kwargs.get("enable_gqa", False)
+
+
+def _layout_of(value: torch.Tensor) -> Optional[list]:
+    """Physical order of a dense tensor's dims (outermost first), when not contiguous."""
+    strides = static_strides(value)
+    shape = static_shape(value)
+    if strides is None or shape is None or strides == _contiguous_strides(shape):
+        return None
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    expected, step = {}, 1
+    for d in reversed(order):
+        expected[d] = step
+        step *= shape[d]
+    if any(shape[d] > 1 and expected[d] != strides[d] for d in order) or order[-1] != len(shape) - 1:
+        return None
+    return order
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu.default, aten.scaled_dot_product_attention.default,
+      check=_attention_check, outputs=(0,), dtypes=F32 + (torch.bool,))
+def _attention(b: Builder, n: torch.fx.Node) -> Any:
+    q, k, v = n.args[:3]
+    causal = n.args[4] if len(n.args) > 4 else n.kwargs.get("is_causal", False)
+    if n.target == aten.scaled_dot_product_attention.default:
+        mask = n.args[3] if len(n.args) > 3 else n.kwargs.get("attn_mask")
+        causal = n.args[5] if len(n.args) > 5 else n.kwargs.get("is_causal", False)
+    else:
+        mask = n.kwargs.get("attn_mask")
+    scale = n.kwargs.get("scale")
+    head_dim = b.shape(q)[-1]
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
+    out_meta = b.meta(n)
+    out_meta = out_meta[0] if isinstance(out_meta, (tuple, list)) else out_meta
+    layout = _layout_of(out_meta) if len(out_meta.shape) == 4 else None
+    inputs = [b.value(q), b.value(k), b.value(v)] + ([b.value(mask)] if mask is not None else [])
+    params = {"causal": int(bool(causal)), "has_mask": int(mask is not None), "scale": scale}
+    if layout:
+        params["layout"] = layout
+    out = b.add("attention", inputs, params)
+    if n.target == aten.scaled_dot_product_attention.default:
+        return out
+    return (out, None)
+
+
+@rule(aten.embedding.default, check=lambda n: not (len(n.args) > 4 and n.args[4]), dtypes=FLOATS, index=True)
+def _embedding(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("embedding", [b.value(n.args[0]), b.value(n.args[1])], {})
+
+
+@rule(aten.embedding_dense_backward.default, dtypes=FLOATS, index=True)
+def _embedding_backward(b: Builder, n: torch.fx.Node) -> int:
+    grad, indices, num_weights, padding_idx, scale = n.args
+    return b.add("embedding_backward", [b.value(grad), b.value(indices)],
+                 {"num_weights": int(num_weights), "padding_idx": int(padding_idx), "scale_grad_by_freq": int(scale)})
+
+
+def _cat_check(n: torch.fx.Node) -> bool:
+    tensors = n.args[0]
+    dtypes = {meta(t).dtype for t in tensors}
+    shapes = {len(meta(t).shape) for t in tensors}
+    return len(dtypes) == 1 and len(shapes) == 1 and 0 < len(tensors) <= 64
+
+
+@rule(aten.cat.default, check=_cat_check, dtypes=FLOATS + (torch.bool,))
+def _cat(b: Builder, n: torch.fx.Node) -> int:
+    dim = int(n.args[1]) if len(n.args) > 1 else int(n.kwargs.get("dim", 0))
+    return b.add("cat", [b.value(t) for t in n.args[0]], {"dim": dim})
+
+
+@rule(aten.stack.default, check=lambda n: 0 < len(n.args[0]) <= 64, dtypes=FLOATS + (torch.bool,))
+def _stack(b: Builder, n: torch.fx.Node) -> int:
+    dim = int(n.args[1]) if len(n.args) > 1 else int(n.kwargs.get("dim", 0))
+    out_shape = b.shape(n)
+    dim = dim % len(out_shape)
+    item_shape = list(out_shape)
+    item_shape[dim] = 1
+    return b.add("cat", [b.view(b.value(t), item_shape) for t in n.args[0]], {"dim": dim})
+
+
+# ---- pooling -------------------------------------------------------------------------------------
+
+
+def _pair(value: Any, default: Any = None) -> list:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        value = default
+    if isinstance(value, int):
+        return [value, value]
+    value = list(value)
+    return value * 2 if len(value) == 1 else value
+
+
+def _pool_args(n: torch.fx.Node, with_dilation: bool, offset: int = 0) -> dict:
+    a = list(n.args[1 + offset:])
+    kernel = _pair(a[0])
+    stride = _pair(a[1] if len(a) > 1 else None, kernel)
+    padding = _pair(a[2] if len(a) > 2 else 0)
+    if with_dilation:
+        dilation = _pair(a[3] if len(a) > 3 else 1)
+        ceil_mode = bool(a[4]) if len(a) > 4 else False
+        return {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation,
+                "ceil_mode": int(ceil_mode)}
+    ceil_mode = bool(a[3]) if len(a) > 3 else False
+    count_include_pad = bool(a[4]) if len(a) > 4 else True
+    divisor = a[5] if len(a) > 5 else None
+    return {"kernel": kernel, "stride": stride, "padding": padding, "dilation": [1, 1], "ceil_mode": int(ceil_mode),
+            "count_include_pad": int(count_include_pad), "divisor_override": int(divisor or 0)}
+
+
+def _4d(n: torch.fx.Node) -> bool:
+    return len(meta(n.args[0]).shape) in (3, 4)
+
+
+@rule(aten.max_pool2d_with_indices.default, check=_4d, dtypes=FLOATS, index=True)
+def _max_pool(b: Builder, n: torch.fx.Node) -> tuple:
+    first = b.add("max_pool2d", [b.value(n.args[0])], _pool_args(n, True))
+    return (first, first + 1)
+
+
+@rule(aten.max_pool2d_with_indices_backward.default, dtypes=FLOATS, index=True)
+def _max_pool_backward(b: Builder, n: torch.fx.Node) -> int:
+    grad, x = n.args[0], n.args[1]
+    indices = n.args[7]
+    return b.add("max_pool2d_backward", [b.value(grad), b.value(x), b.value(indices)], _pool_args(n, True, offset=1))
+
+
+@rule(aten.avg_pool2d.default, check=_4d, dtypes=FLOATS)
+def _avg_pool(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("avg_pool2d", [b.value(n.args[0])], _pool_args(n, False))
+
+
+@rule(aten.avg_pool2d_backward.default, dtypes=FLOATS)
+def _avg_pool_backward(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("avg_pool2d_backward", [b.value(n.args[0]), b.value(n.args[1])], _pool_args(n, False, offset=1))
+
+
+@rule(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default, check=_4d, dtypes=FLOATS)
+def _adaptive_pool(b: Builder, n: torch.fx.Node) -> int:
+    shape = b.shape(n)
+    return b.add("adaptive_avg_pool2d", [b.value(n.args[0])], {"output_size": [shape[-2], shape[-1]]})
+
+
+@rule(aten._adaptive_avg_pool2d_backward.default, dtypes=FLOATS)
+def _adaptive_pool_backward(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("adaptive_avg_pool2d_backward", [b.value(n.args[0]), b.value(n.args[1])], {})
+
+
+# ---- losses --------------------------------------------------------------------------------------
+
+
+@rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, dtypes=FLOATS, index=True)
+def _nll_loss(b: Builder, n: torch.fx.Node) -> tuple:
+    x, target, weight, reduction, ignore_index = n.args
+    inputs = [b.value(x), b.value(target)] + ([b.value(weight)] if weight is not None else [])
+    first = b.add("nll_loss", inputs, {"reduction": int(reduction), "ignore_index": int(ignore_index),
+                                       "has_weight": int(weight is not None)})
+    return (first, first + 1)
+
+
+@rule(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default, dtypes=FLOATS, index=True)
+def _nll_loss_backward(b: Builder, n: torch.fx.Node) -> int:
+    grad, x, target, weight, reduction, ignore_index, total_weight = n.args
+    inputs = [b.value(grad), b.value(x), b.value(target), b.value(total_weight)]
+    if weight is not None:
+        inputs.append(b.value(weight))
+    return b.add("nll_loss_backward", inputs, {"reduction": int(reduction), "ignore_index": int(ignore_index),
+                                               "has_weight": int(weight is not None)})
+
+
+def _reduction(n: torch.fx.Node, index: int, default: int = 1) -> int:
+    return int(n.args[index]) if len(n.args) > index else int(n.kwargs.get("reduction", default))
+
+
+@rule(aten.mse_loss.default, dtypes=FLOATS)
+def _mse(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("mse_loss", [b.value(n.args[0]), b.value(n.args[1])], {"reduction": _reduction(n, 2)})
+
+
+@rule(aten.mse_loss_backward.default, dtypes=FLOATS)
+def _mse_backward(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("mse_loss_backward", [b.value(a) for a in n.args[:3]], {"reduction": _reduction(n, 3)})
+
+
+@rule(aten.smooth_l1_loss.default, dtypes=FLOATS)
+def _smooth_l1(b: Builder, n: torch.fx.Node) -> int:
+    beta = float(n.args[3]) if len(n.args) > 3 else float(n.kwargs.get("beta", 1.0))
+    return b.add("smooth_l1_loss", [b.value(n.args[0]), b.value(n.args[1])], {"reduction": _reduction(n, 2), "beta": beta})
+
+
+@rule(aten.smooth_l1_loss_backward.default, dtypes=FLOATS)
+def _smooth_l1_backward(b: Builder, n: torch.fx.Node) -> int:
+    return b.add("smooth_l1_loss_backward", [b.value(a) for a in n.args[:3]],
+                 {"reduction": _reduction(n, 3), "beta": float(n.args[4])})
+
+
+@rule(aten.binary_cross_entropy.default, dtypes=FLOATS)
+def _bce(b: Builder, n: torch.fx.Node) -> int:
+    weight = n.args[2] if len(n.args) > 2 else n.kwargs.get("weight")
+    inputs = [b.value(n.args[0]), b.value(n.args[1])] + ([b.value(weight)] if weight is not None else [])
+    return b.add("binary_cross_entropy", inputs, {"reduction": _reduction(n, 3), "has_weight": int(weight is not None)})
+
+
+@rule(aten.binary_cross_entropy_backward.default, dtypes=FLOATS)
+def _bce_backward(b: Builder, n: torch.fx.Node) -> int:
+    weight = n.args[3] if len(n.args) > 3 else n.kwargs.get("weight")
+    inputs = [b.value(a) for a in n.args[:3]] + ([b.value(weight)] if weight is not None else [])
+    return b.add("binary_cross_entropy_backward", inputs,
+                 {"reduction": _reduction(n, 4), "has_weight": int(weight is not None)})

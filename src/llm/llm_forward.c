@@ -1,0 +1,373 @@
+/* Sessions and the forward pass: embeddings, per layer RMSNorm -> fused q/k/v projection -> (q/k norm)
+ * -> RoPE -> KV cache append -> causal (optionally sliding-window) GQA attention over the cache -> o
+ * projection + residual -> RMSNorm -> fused gate/up -> SiLU * up -> down + residual, then the final norm
+ * and the LM head. The same code runs a prompt (T tokens per chunk, matmuls as GEMMs) and a decode step
+ * (T = 1, matmuls as GEMVs on the quantized weights).
+ *
+ * KV cache layout per layer (f32 or IEEE half): values[Hkv][capacity][D]; keys[Hkv][capacity / 16][D][16],
+ * i.e. blocks of 16 positions stored d-major so that attention scores come out 16 at a time without
+ * horizontal sums (TB_LLM_KEY_BLOCK). The capacity is a multiple of 16 and grows by doubling up to
+ * max_seq_len (rounded up to 16). */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm/llm_internal.h"
+#include "torchburn/alloc.h"
+#include "torchburn/thread_pool.h"
+
+enum { PREFILL_CHUNK = 256, KV_MIN_CAPACITY = 256 };
+
+struct tb_llm_session {
+    const tb_llm_model *model;
+    int64_t max_seq_len, capacity, length;
+    bool kv_f16;
+    void **keys, **values; /* [layers] -> [Hkv][capacity][D] */
+    int32_t *tokens;       /* [capacity] */
+    /* scratch for up to scratch_rows tokens, one block: */
+    int64_t scratch_rows;
+    float *scratch;
+    float *x;    /* [T, C] residual stream */
+    float *xn;   /* [T, C] normalized */
+    float *qkv;  /* [T, (Hq + 2 Hkv) D] */
+    float *attn; /* [T, Hq D] */
+    float *proj; /* [T, C] */
+    float *mlp;  /* [T, 2 I] */
+    float *cos_table, *sin_table; /* [T, D / 2] */
+};
+
+static int64_t kv_elem(const tb_llm_session *s) { return s->kv_f16 ? 2 : 4; }
+
+tb_status tb_llm_session_new(const tb_llm_model *model, int64_t max_seq_len, bool kv_f16, tb_llm_session **out) {
+    *out = NULL;
+    if (!model)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: session needs a model");
+    if (max_seq_len < 1 || max_seq_len > ((int64_t)1 << 24))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: max_seq_len must be in [1, 16777216], got %lld",
+                            (long long)max_seq_len);
+    tb_llm_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm: out of memory");
+    s->model = model;
+    s->max_seq_len = max_seq_len;
+    s->kv_f16 = kv_f16;
+    s->keys = calloc((size_t)model->n_layers, sizeof *s->keys);
+    s->values = calloc((size_t)model->n_layers, sizeof *s->values);
+    if (!s->keys || !s->values) {
+        tb_llm_session_free(s);
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm: out of memory");
+    }
+    *out = s;
+    return TB_OK;
+}
+
+void tb_llm_session_free(tb_llm_session *s) {
+    if (!s)
+        return;
+    for (int64_t l = 0; s->keys && s->values && l < s->model->n_layers; l++) {
+        tb_free(s->keys[l]);
+        tb_free(s->values[l]);
+    }
+    free(s->keys);
+    free(s->values);
+    tb_free(s->tokens);
+    tb_free(s->scratch);
+    free(s);
+}
+
+const tb_llm_model *tb_llm_session_model(const tb_llm_session *s) { return s->model; }
+int64_t tb_llm_session_length(const tb_llm_session *s) { return s->length; }
+const int32_t *tb_llm_session_tokens(const tb_llm_session *s) { return s->tokens; }
+int64_t tb_llm_session_max_seq_len(const tb_llm_session *s) { return s->max_seq_len; }
+
+tb_status tb_llm_session_truncate(tb_llm_session *s, int64_t length) {
+    if (length < 0 || length > s->length)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: cannot truncate a session of %lld positions to %lld",
+                            (long long)s->length, (long long)length);
+    s->length = length;
+    return TB_OK;
+}
+
+/* Grows the KV cache (all layers or none) to hold `needed` positions. */
+static tb_status ensure_capacity(tb_llm_session *s, int64_t needed) {
+    if (needed <= s->capacity)
+        return TB_OK;
+    const tb_llm_model *m = s->model;
+    int64_t capacity = s->capacity * 2 > KV_MIN_CAPACITY ? s->capacity * 2 : KV_MIN_CAPACITY;
+    capacity = capacity > needed ? capacity : needed;
+    capacity = capacity < s->max_seq_len ? capacity : s->max_seq_len;
+    capacity = (capacity + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK;
+    const int64_t layers = m->n_layers, row_bytes = m->head_dim * kv_elem(s);
+    const size_t layer_bytes = (size_t)(m->n_kv_heads * capacity * row_bytes);
+    void **fresh = calloc((size_t)(2 * layers), sizeof *fresh);
+    int32_t *tokens = NULL;
+    tb_status status = fresh ? TB_OK : tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm: out of memory");
+    for (int64_t i = 0; status == TB_OK && i < 2 * layers; i++) /* zeroed: unused lanes of a key block are read */
+        status = tb_alloc(layer_bytes, TB_ALLOC_ZERO, &fresh[i]);
+    if (status == TB_OK)
+        status = tb_alloc((size_t)capacity * sizeof *tokens, TB_ALLOC_DEFAULT, (void **)&tokens);
+    if (status != TB_OK) {
+        for (int64_t i = 0; fresh && i < 2 * layers; i++)
+            tb_free(fresh[i]);
+        free(fresh);
+        return tb_error_prefix(status, "llm: growing the KV cache to %lld positions", (long long)capacity);
+    }
+    for (int64_t l = 0; l < layers; l++) {
+        const int64_t key_bytes = (s->length + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK * row_bytes;
+        for (int64_t h = 0; h < m->n_kv_heads && s->length > 0; h++) {
+            memcpy((char *)fresh[2 * l] + h * capacity * row_bytes, (char *)s->keys[l] + h * s->capacity * row_bytes,
+                   (size_t)key_bytes);
+            memcpy((char *)fresh[2 * l + 1] + h * capacity * row_bytes,
+                   (char *)s->values[l] + h * s->capacity * row_bytes, (size_t)(s->length * row_bytes));
+        }
+        tb_free(s->keys[l]);
+        tb_free(s->values[l]);
+        s->keys[l] = fresh[2 * l];
+        s->values[l] = fresh[2 * l + 1];
+    }
+    free(fresh);
+    if (s->length > 0)
+        memcpy(tokens, s->tokens, (size_t)s->length * sizeof *tokens);
+    tb_free(s->tokens);
+    s->tokens = tokens;
+    s->capacity = capacity;
+    return TB_OK;
+}
+
+static tb_status ensure_scratch(tb_llm_session *s, int64_t rows) {
+    if (rows <= s->scratch_rows)
+        return TB_OK;
+    const tb_llm_model *m = s->model;
+    const int64_t c = m->hidden, qkv = m->layers[0].qkv.n, q = m->n_heads * m->head_dim;
+    const int64_t per_row = 3 * c + qkv + q + 2 * m->intermediate + m->head_dim;
+    float *scratch = NULL;
+    TB_TRY(tb_alloc((size_t)(rows * per_row) * sizeof(float), TB_ALLOC_DEFAULT, (void **)&scratch));
+    tb_free(s->scratch);
+    s->scratch = scratch;
+    s->scratch_rows = rows;
+    s->x = scratch;
+    s->xn = s->x + rows * c;
+    s->proj = s->xn + rows * c;
+    s->qkv = s->proj + rows * c;
+    s->attn = s->qkv + rows * qkv;
+    s->mlp = s->attn + rows * q;
+    s->cos_table = s->mlp + rows * 2 * m->intermediate;
+    s->sin_table = s->cos_table + rows * (m->head_dim / 2);
+    return TB_OK;
+}
+
+/* ---- per-row preparation of q and k: q/k RMSNorm, RoPE, cache append ---- */
+
+typedef struct rows_job {
+    tb_llm_session *s;
+    const tb_llm_kernels *kernels;
+    const llm_layer *layer;
+    int64_t layer_index, pos0;
+} rows_job;
+
+static void rope_in_place(float *x, const float *cos_row, const float *sin_row, int64_t half) {
+    for (int64_t i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cos_row[i] - b * sin_row[i];
+        x[i + half] = b * cos_row[i] + a * sin_row[i];
+    }
+}
+
+static void prepare_rows(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const rows_job *job = context;
+    tb_llm_session *s = job->s;
+    const tb_llm_model *m = s->model;
+    const int64_t d = m->head_dim, half = d / 2, hq = m->n_heads, hkv = m->n_kv_heads, stride = job->layer->qkv.n;
+    const float eps = m->norm_eps;
+    for (int64_t t = begin; t < end; t++) {
+        float *q = s->qkv + t * stride, *k = q + hq * d, *v = k + hkv * d;
+        const float *cos_row = s->cos_table + t * half, *sin_row = s->sin_table + t * half;
+        for (int64_t h = 0; h < hq; h++) {
+            if (job->layer->q_norm)
+                job->kernels->rms_norm(q + h * d, job->layer->q_norm, q + h * d, d, eps);
+            rope_in_place(q + h * d, cos_row, sin_row, half);
+        }
+        const int64_t pos = job->pos0 + t;
+        for (int64_t g = 0; g < hkv; g++) {
+            if (job->layer->k_norm)
+                job->kernels->rms_norm(k + g * d, job->layer->k_norm, k + g * d, d, eps);
+            rope_in_place(k + g * d, cos_row, sin_row, half);
+            const int64_t offset = (g * s->capacity + pos) * d;
+            /* key element i of position pos: block pos / 16, row i, lane pos % 16 */
+            const int64_t key_base = ((g * s->capacity + pos / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK) * d) +
+                                     pos % TB_LLM_KEY_BLOCK;
+            const float *key = k + g * d;
+            if (s->kv_f16) {
+                uint16_t *keys = (uint16_t *)s->keys[job->layer_index] + key_base;
+                for (int64_t i = 0; i < d; i++)
+                    keys[i * TB_LLM_KEY_BLOCK] = tb_f32_to_f16(key[i]);
+                job->kernels->to_f16(v + g * d, (uint16_t *)s->values[job->layer_index] + offset, d);
+            } else {
+                float *keys = (float *)s->keys[job->layer_index] + key_base;
+                for (int64_t i = 0; i < d; i++)
+                    keys[i * TB_LLM_KEY_BLOCK] = key[i];
+                memcpy((float *)s->values[job->layer_index] + offset, v + g * d, (size_t)d * sizeof(float));
+            }
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+typedef struct attention_job {
+    tb_llm_session *s;
+    const tb_llm_kernels *kernels;
+    const llm_layer *layer;
+    int64_t layer_index, pos0;
+    int64_t heads_per_item, items_per_row;
+    float scale;
+    atomic_int failed;
+} attention_job;
+
+static _Thread_local float *attention_scores;
+static _Thread_local int64_t attention_scores_capacity;
+
+static void attention_items(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    attention_job *job = context;
+    tb_llm_session *s = job->s;
+    const tb_llm_model *m = s->model;
+    const int64_t d = m->head_dim, group = m->n_heads / m->n_kv_heads, qkv_stride = job->layer->qkv.n;
+    const int64_t hpi = job->heads_per_item, elem = kv_elem(s);
+    for (int64_t item = begin; item < end; item++) {
+        const int64_t t = item / job->items_per_row, h0 = (item % job->items_per_row) * hpi, g = h0 / group;
+        const int64_t pos = job->pos0 + t;
+        const int64_t lo = job->layer->window > 0 && pos - job->layer->window + 1 > 0 ? pos - job->layer->window + 1 : 0;
+        const int64_t len = pos - lo + 1;
+        const int64_t first_block = lo / TB_LLM_KEY_BLOCK, blocks = pos / TB_LLM_KEY_BLOCK - first_block + 1;
+        const int64_t stride = blocks * TB_LLM_KEY_BLOCK, skip = lo - first_block * TB_LLM_KEY_BLOCK;
+        if (hpi * stride > attention_scores_capacity) {
+            float *grown = NULL;
+            const int64_t capacity = hpi * stride * 2;
+            if (tb_alloc((size_t)capacity * sizeof(float), TB_ALLOC_DEFAULT, (void **)&grown) != TB_OK) {
+                atomic_store(&job->failed, 1);
+                return;
+            }
+            tb_free(attention_scores);
+            attention_scores = grown;
+            attention_scores_capacity = capacity;
+        }
+        const char *keys =
+            (const char *)s->keys[job->layer_index] + (g * s->capacity + first_block * TB_LLM_KEY_BLOCK) * d * elem;
+        const char *values = (const char *)s->values[job->layer_index] + (g * s->capacity + lo) * d * elem;
+        const float *q = s->qkv + t * qkv_stride + h0 * d;
+        /* scores of whole key blocks; the row of position lo starts `skip` lanes in */
+        job->kernels->attn_scores(q, hpi, d, keys, s->kv_f16, blocks, job->scale, attention_scores, stride);
+        for (int64_t h = 0; h < hpi; h++)
+            job->kernels->softmax(attention_scores + h * stride + skip, len);
+        job->kernels->attn_values(attention_scores + skip, hpi, stride, values, s->kv_f16, len, d,
+                                  s->attn + t * m->n_heads * d + h0 * d);
+    }
+}
+
+/* ---- row-parallel SiLU * up ---- */
+
+typedef struct mlp_job {
+    const tb_llm_kernels *kernels;
+    float *mlp;
+    int64_t intermediate;
+} mlp_job;
+
+static void mlp_rows(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const mlp_job *job = context;
+    for (int64_t t = begin; t < end; t++) {
+        float *row = job->mlp + t * 2 * job->intermediate;
+        job->kernels->silu_mul(row, row + job->intermediate, row, job->intermediate);
+    }
+}
+
+static void add_rows(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* One chunk of T <= scratch_rows tokens at positions [length, length + T). */
+static tb_status forward_chunk(tb_llm_session *s, const tb_llm_kernels *kernels, const tb_llm_qkernels *qkernels,
+                               const int32_t *tokens, int64_t count, float *logits, bool all_logits) {
+    const tb_llm_model *m = s->model;
+    const int64_t c = m->hidden, d = m->head_dim, half = d / 2, pos0 = s->length, hq = m->n_heads;
+    for (int64_t t = 0; t < count; t++)
+        TB_TRY(tb_llm_embed_row(m, tokens[t], s->x + t * c));
+    for (int64_t t = 0; t < count; t++) {
+        const float position = (float)(pos0 + t);
+        for (int64_t i = 0; i < half; i++) {
+            const float angle = position * m->inv_freq[i];
+            s->cos_table[t * half + i] = cosf(angle) * m->rope_attention_factor;
+            s->sin_table[t * half + i] = sinf(angle) * m->rope_attention_factor;
+        }
+    }
+    const int64_t group = hq / m->n_kv_heads;
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        const llm_layer *layer = &m->layers[l];
+        for (int64_t t = 0; t < count; t++)
+            kernels->rms_norm(s->x + t * c, layer->attn_norm, s->xn + t * c, c, m->norm_eps);
+        TB_TRY(tb_llm_matmul(kernels, qkernels, &layer->qkv, s->xn, c, count, s->qkv));
+        rows_job rows = {.s = s, .kernels = kernels, .layer = layer, .layer_index = l, .pos0 = pos0};
+        tb_parallel_for(count, 16, prepare_rows, &rows);
+        /* one item per (token, kv group), so each key block feeds every head of its group; per (token, head)
+         * when that would leave threads idle (a single token and few kv heads) */
+        attention_job job = {.s = s, .kernels = kernels, .layer = layer, .layer_index = l, .pos0 = pos0};
+        job.heads_per_item = count * m->n_kv_heads >= tb_num_threads() ? group : 1;
+        job.items_per_row = hq / job.heads_per_item;
+        job.scale = (float)(1.0 / sqrt((double)d));
+        atomic_init(&job.failed, 0);
+        tb_parallel_for(count * job.items_per_row, 1, attention_items, &job);
+        if (atomic_load(&job.failed))
+            return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm: out of memory for attention scores");
+        TB_TRY(tb_llm_matmul(kernels, qkernels, &layer->o, s->attn, hq * d, count, s->proj));
+        add_rows(s->x, s->proj, count * c);
+        for (int64_t t = 0; t < count; t++)
+            kernels->rms_norm(s->x + t * c, layer->mlp_norm, s->xn + t * c, c, m->norm_eps);
+        TB_TRY(tb_llm_matmul(kernels, qkernels, &layer->gate_up, s->xn, c, count, s->mlp));
+        mlp_job mj = {.kernels = kernels, .mlp = s->mlp, .intermediate = m->intermediate};
+        tb_parallel_for(count, 4, mlp_rows, &mj);
+        TB_TRY(tb_llm_matmul(kernels, qkernels, &layer->down, s->mlp, 2 * m->intermediate, count, s->proj));
+        add_rows(s->x, s->proj, count * c);
+    }
+    memcpy(s->tokens + pos0, tokens, (size_t)count * sizeof *tokens);
+    s->length = pos0 + count;
+    if (!logits)
+        return TB_OK;
+    const int64_t first = all_logits ? 0 : count - 1;
+    for (int64_t t = first; t < count; t++)
+        kernels->rms_norm(s->x + t * c, m->final_norm, s->xn + (t - first) * c, c, m->norm_eps);
+    return tb_llm_matmul(kernels, qkernels, &m->lm_head, s->xn, c, count - first, logits);
+}
+
+tb_status tb_llm_forward(tb_llm_session *s, const int32_t *tokens, int64_t count, float *logits, bool all_logits) {
+    const tb_llm_model *m = s->model;
+    if (count < 1 || !tokens)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: forward needs at least one token");
+    for (int64_t t = 0; t < count; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->vocab)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: token id %d at position %lld is outside the vocabulary "
+                                "[0, %lld)", (int)tokens[t], (long long)t, (long long)m->vocab);
+    if (count > s->max_seq_len - s->length)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                            "llm: %lld cached + %lld new positions exceed the context of %lld (max_seq_len)",
+                            (long long)s->length, (long long)count, (long long)s->max_seq_len);
+    TB_TRY(ensure_capacity(s, s->length + count));
+    TB_TRY(ensure_scratch(s, count < PREFILL_CHUNK ? count : PREFILL_CHUNK));
+    const tb_llm_kernels *kernels = tb_llm_kernels_active();
+    const tb_llm_qkernels *qkernels = m->exact_activations ? NULL : tb_llm_qkernels_active();
+    for (int64_t done = 0; done < count;) {
+        const int64_t n = count - done < s->scratch_rows ? count - done : s->scratch_rows;
+        const bool last = done + n == count;
+        float *out = NULL;
+        if (logits && all_logits)
+            out = logits + done * m->vocab;
+        else if (logits && last)
+            out = logits;
+        TB_TRY(forward_chunk(s, kernels, qkernels, tokens + done, n, out, all_logits));
+        done += n;
+    }
+    return TB_OK;
+}
