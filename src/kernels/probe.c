@@ -2,6 +2,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "kernels/elementwise.h"
 #include "kernels/probe_kernels.h"
 #include "torchburn/alloc.h"
 #include "torchburn/probe.h"
@@ -79,35 +80,29 @@ tb_status tb_probe_peak_gflops(tb_isa isa, double seconds, double *gflops) {
 }
 
 typedef struct bandwidth_job {
-    const uint64_t *data;
-    int64_t words;
-    int64_t pieces;
-    uint64_t partial[256];
+    tb_reduce_kernel sum; /* the active ISA's vector sum: streams with the widest loads */
+    const float *data;
+    int64_t count, pieces;
+    float partial[256];
 } bandwidth_job;
 
 static void bandwidth_chunk(void *context, int64_t begin, int64_t end, int thread_index) {
     bandwidth_job *job = context;
     for (int64_t piece = begin; piece < end; piece++) {
-        int64_t first = job->words * piece / job->pieces, last = job->words * (piece + 1) / job->pieces;
-        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int64_t i = first;
-        for (; i + 4 <= last; i += 4) {
-            s0 += job->data[i];
-            s1 += job->data[i + 1];
-            s2 += job->data[i + 2];
-            s3 += job->data[i + 3];
-        }
-        for (; i < last; i++)
-            s0 += job->data[i];
-        job->partial[piece & 255] += s0 + s1 + s2 + s3;
+        int64_t first = job->count * piece / job->pieces, last = job->count * (piece + 1) / job->pieces;
+        float sum = 0;
+        if (last > first)
+            job->sum(job->data + first, 1, last - first, 1, &sum);
+        job->partial[piece & 255] += sum;
     }
 }
 
 tb_status tb_probe_read_bandwidth(size_t nbytes, int repeats, double *gbps) {
     *gbps = 0;
-    uint64_t *data = NULL;
+    float *data = NULL;
     TB_TRY(tb_alloc(nbytes, TB_ALLOC_ZERO, (void **)&data)); /* zero-fill also faults every page in */
-    bandwidth_job job = {.data = data, .words = (int64_t)(nbytes / sizeof(uint64_t))};
+    bandwidth_job job = {.sum = tb_elementwise_kernels_active()->reduce[TB_REDUCE_SUM], .data = data,
+                         .count = (int64_t)(nbytes / sizeof(float))};
     job.pieces = tb_num_threads();
     double best = 0;
     for (int r = 0; r < (repeats < 1 ? 1 : repeats); r++) {
