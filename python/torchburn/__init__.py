@@ -116,7 +116,9 @@ _register_lazy(
 )
 _register_lazy("torchburn.files", ["safetensors_load", "safetensors_save", "load_config", "Checkpoint"])
 _register_lazy("torchburn.tokenizer", ["Tokenizer", "DecodeStream"])
-_register_lazy("torchburn.backend", ["compile", "register", "cache_stats", "cache_clear", "explain"])
+_register_lazy(
+    "torchburn.backend", ["compile", "register", "cache_stats", "cache_clear", "set_cache_size", "explain", "Explanation"]
+)
 _register_lazy("torchburn.llm", ["LLM"])
 
 

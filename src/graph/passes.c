@@ -276,7 +276,9 @@ static void fuse_epilogues(pass_state *s, int m) {
             if (oi->dtype != TB_F32 || !same_shape(info_of(s, consumer->first_output), hi) || depends_on(s, other, m))
                 return;
             int64_t n_cols = mi->shape[mi->ndim - 1];
-            bool vector = tb_info_numel(oi) == n_cols && oi->ndim >= 1 && oi->shape[oi->ndim - 1] == n_cols;
+            /* a bias is a vector along the product's columns, which the reshapes kept as the last dim */
+            bool vector = tb_info_numel(oi) == n_cols && oi->ndim >= 1 && oi->shape[oi->ndim - 1] == n_cols &&
+                          hi->ndim >= 1 && hi->shape[hi->ndim - 1] == n_cols;
             if (!conv && vector && !*has_bias && *activation == TB_ACTIVATION_NONE && !*has_residual) {
                 int bias = oi->ndim == 1 ? other : add_view(s, other, 1, &n_cols);
                 if (bias < 0)

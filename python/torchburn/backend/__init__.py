@@ -210,7 +210,9 @@ def _merge(dicts: Any) -> dict:
 
 def explain(model: Any, *example_inputs: Any, **kwargs: Any) -> Explanation:
     """Compiles and runs `model` once on `example_inputs` and reports which ATen ops run natively,
-    which run in PyTorch (and why), the native regions and the fusions made.
+    which run in PyTorch (and why), the native regions and the fusions made. Under autograd (an input
+    or parameter requires grad) the backward graph is compiled and reported too; gradients are
+    computed with ``torch.autograd.grad``, never accumulated into ``.grad``.
 
     Example::
 
@@ -223,5 +225,13 @@ def explain(model: Any, *example_inputs: Any, **kwargs: Any) -> Explanation:
 
     with Recorder() as recorder:
         compiled = torch.compile(model, backend=recording_backend, **kwargs)
-        compiled(*example_inputs)
+        outputs = compiled(*example_inputs)
+        # with autograd on, also compile the backward graph (gradients are computed, not accumulated)
+        leaves = [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor) and t.requires_grad]
+        if leaves:
+            sources = [p for p in getattr(model, "parameters", lambda: [])() if p.requires_grad]
+            sources += [x for x in example_inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+            if sources:
+                total = sum(t.float().sum() for t in leaves)
+                torch.autograd.grad(total, sources, allow_unused=True)
     return Explanation(graphs=list(recorder.graphs))

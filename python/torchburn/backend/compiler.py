@@ -126,6 +126,7 @@ class Region:
         reason = getattr(plan, "last_error", None) if plan is not None else None
         if reason is None:
             reason = "inputs differ from the compiled signature"
+        debug("%s: this call runs in PyTorch (%s)", self.name, reason)
         warn_once(("region", self.name, reason), f"torchburn: region {self.name} ran in PyTorch: {reason}")
         return self.eager(*args)
 

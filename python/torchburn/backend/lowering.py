@@ -1,4 +1,5 @@
-"""Lowering of ATen FX nodes to torchburn graph nodes.
+"""Lowering of ATen FX nodes to torchburn graph nodes: the builder, the rule registry and the support
+check (the rules themselves are in ``rules_tensor.py`` and ``rules_nn.py``).
 
 Each supported ATen overload has a :class:`Rule`: a ``check`` that looks only at the node's metadata
 (dtypes, devices, argument values) and says whether the node can run natively, and a ``lower`` that

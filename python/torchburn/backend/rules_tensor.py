@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import torch
 
-from .lowering import ANY, BINARY, COMPARE, FLOATS, REDUCE, UNARY, Builder, LoweringError, meta, rule
+from .lowering import ANY, BINARY, COMPARE, FLOATS, REDUCE, UNARY, Builder, LoweringError, is_tensor, meta, rule
 
 aten = torch.ops.aten
 

@@ -93,6 +93,20 @@ def first_call_seconds(fn: Callable, inputs: tuple) -> float:
     return time.perf_counter() - start
 
 
+def timed_backend(backend: Callable, spent: list) -> Callable:
+    """A Dynamo backend that runs `backend` and appends the seconds it took to `spent` (the compiler's
+    own share of a first call; the rest is Dynamo capturing the graph, the same for every backend)."""
+
+    def run(gm, example_inputs):
+        start = time.perf_counter()
+        try:
+            return backend(gm, example_inputs)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    return run
+
+
 def interleaved_medians(fns: dict, inputs: tuple, seconds: float, rounds: int = 8) -> dict:
     """Per callable: (median over all calls, median of its quietest block), in seconds.
 
@@ -158,6 +172,28 @@ def plan_overhead(torch: Any, model: Any, inputs: tuple, seconds: float) -> dict
             "target_s": 5e-6 + 0.3e-6 * count}
 
 
+def synthetic_overhead(torch: Any, count: int, seconds: float) -> dict:
+    """Overhead of a plan whose work is negligible: `count` inputs of 4 floats, each doubled into its own
+    output (so 2 * count inputs+outputs)."""
+    from torchburn import _C
+
+    table = _C.graph_op_table()
+    graph = _C.Graph()
+    for _ in range(count):
+        value = graph.input("float32", (4,))
+        graph.output(graph.node("binary_scalar", [value], {"op": table["binary"].index("mul"), "dtype": "float32",
+                                                           "scalar": 2.0}))
+    plan, _ = graph.compile()
+    args = tuple(torch.randn(4) for _ in range(count))
+    calls, bares = [], []
+    for _ in range(8):
+        calls.append(interleaved_medians({"plan": plan}, args, seconds / 8, rounds=1)["plan"][1])
+        bares.append(statistics.median(plan.run_timing(args, 2000)))
+    call, bare = min(calls), min(bares)
+    return {"plan_call_s": call, "bare_run_s": bare, "overhead_s": call - bare, "inputs_outputs": 2 * count,
+            "target_s": 5e-6 + 0.3e-6 * 2 * count}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchburn.bench compile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,18 +226,26 @@ def main(argv: list[str] | None = None) -> int:
         inputs = make_inputs()
         with torch.no_grad():
             expected = model(*inputs)
+            from torchburn.backend import torchburn_backend
+
             torch._dynamo.reset()
             torchburn.cache_clear()
-            burn = torch.compile(model, backend="torchburn")
+            burn_spent: list = []
+            burn = torch.compile(model, backend=timed_backend(torchburn_backend, burn_spent))
             burn_compile = first_call_seconds(burn, inputs)
+            burn_backend = sum(burn_spent)
             # never time a wrong answer (1e-3: models with long reductions in a different order)
             torch.testing.assert_close(burn(*inputs), expected, rtol=1e-3, atol=1e-3)
             fns = {"eager": model, "torchburn": burn}
-            inductor_compile = float("nan")
+            inductor_compile = inductor_backend = float("nan")
+            inductor_spent: list = []
             if not args.no_inductor:
+                from torch._inductor.compile_fx import compile_fx
+
                 torch._dynamo.reset()
-                inductor = torch.compile(model, backend="inductor")
+                inductor = torch.compile(model, backend=timed_backend(compile_fx, inductor_spent))
                 inductor_compile = first_call_seconds(inductor, inputs)
+                inductor_backend = sum(inductor_spent)
                 torch.testing.assert_close(inductor(*inputs), expected, rtol=1e-3, atol=1e-3)
                 fns["inductor"] = inductor
                 # Dynamo keeps both compiled artifacts; re-enter torchburn's through its own wrapper
@@ -217,18 +261,26 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([name, format_time(t_eager), format_time(t_inductor) if t_inductor == t_inductor else "-",
                      format_time(t_burn), f"{t_eager / t_burn:.2f}x",
                      f"{t_inductor / t_burn:.2f}x" if t_inductor == t_inductor else "-", overall,
-                     f"{inductor_compile:.2f} s" if inductor_compile == inductor_compile else "-",
-                     f"{burn_compile:.2f} s",
-                     f"{inductor_compile / burn_compile:.1f}x" if inductor_compile == inductor_compile else "-"])
+                     f"{inductor_compile:.2f} s ({inductor_backend:.2f} s)" if inductor_spent else "-",
+                     f"{burn_compile:.2f} s ({burn_backend:.2f} s)",
+                     f"{inductor_compile / burn_compile:.1f}x ({inductor_backend / burn_backend:.0f}x)"
+                     if inductor_spent else "-"])
         record = {"model": name, "eager_s": t_eager, "inductor_s": t_inductor, "torchburn_s": t_burn,
                   "overall_medians_s": {k: v[0] for k, v in times.items()},
-                  "compile_inductor_s": inductor_compile, "compile_torchburn_s": burn_compile}
+                  "compile_inductor_s": inductor_compile, "compile_torchburn_s": burn_compile,
+                  "backend_inductor_s": inductor_backend, "backend_torchburn_s": burn_backend}
         if overhead:
             record["overhead"] = overhead
             overhead_rows.append([name, str(overhead["inputs_outputs"]), format_time(overhead["plan_call_s"]),
                                   format_time(overhead["bare_run_s"]), format_time(overhead["overhead_s"]),
                                   format_time(overhead["target_s"]), format_time(overhead["dynamo_guard_s"])])
         records.append(record)
+    for count in (1, 4, 16):
+        overhead = synthetic_overhead(torch, count, min(args.seconds, 0.5))
+        records.append({"model": f"synthetic {count}", "overhead": overhead})
+        overhead_rows.append([f"synthetic: {count} x (4 floats -> x2)", str(overhead["inputs_outputs"]),
+                              format_time(overhead["plan_call_s"]), format_time(overhead["bare_run_s"]),
+                              format_time(overhead["overhead_s"]), format_time(overhead["target_s"]), "-"])
     if args.json:
         print(json.dumps({"machine": machine_facts(), "results": records}, indent=2))
         return 0
@@ -236,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     print("per-call median latency in steady state under torch.no_grad() (median of the quietest of 8 blocks")
     print("per implementation; blocks alternate between them); speedup = other time / torchburn time;")
     print("all calls = median over every measured call (eager / inductor / torchburn), noise included;")
-    print("compile = first call from a reset Dynamo (capture + compile + run), inductor caches disabled\n")
+    print("compile = first call from a reset Dynamo (capture + compile + run), inductor caches disabled;")
+    print("(in parentheses: the backend's own share, without Dynamo's graph capture)\n")
     print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor", "all calls",
                  "compile inductor", "compile torchburn", "compile ratio"], rows)
     if overhead_rows:
