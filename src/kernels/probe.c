@@ -2,7 +2,6 @@
 #include <math.h>
 #include <time.h>
 
-#include "kernels/elementwise.h"
 #include "kernels/probe_kernels.h"
 #include "torchburn/alloc.h"
 #include "torchburn/probe.h"
@@ -79,8 +78,22 @@ tb_status tb_probe_peak_gflops(tb_isa isa, double seconds, double *gflops) {
     return TB_OK;
 }
 
+float tb_read_sum_scalar(const float *x, int64_t n) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += x[i];
+        s1 += x[i + 1];
+        s2 += x[i + 2];
+        s3 += x[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += x[i];
+    return s0 + s1 + s2 + s3;
+}
+
 typedef struct bandwidth_job {
-    tb_reduce_kernel sum; /* the active ISA's vector sum: streams with the widest loads */
+    float (*read_sum)(const float *x, int64_t n); /* widest loads of the active ISA */
     const float *data;
     int64_t count, pieces;
     float partial[256];
@@ -90,10 +103,7 @@ static void bandwidth_chunk(void *context, int64_t begin, int64_t end, int threa
     bandwidth_job *job = context;
     for (int64_t piece = begin; piece < end; piece++) {
         int64_t first = job->count * piece / job->pieces, last = job->count * (piece + 1) / job->pieces;
-        float sum = 0;
-        if (last > first)
-            job->sum(job->data + first, 1, last - first, 1, &sum);
-        job->partial[piece & 255] += sum;
+        job->partial[piece & 255] += job->read_sum(job->data + first, last - first);
     }
 }
 
@@ -101,8 +111,13 @@ tb_status tb_probe_read_bandwidth(size_t nbytes, int repeats, double *gbps) {
     *gbps = 0;
     float *data = NULL;
     TB_TRY(tb_alloc(nbytes, TB_ALLOC_ZERO, (void **)&data)); /* zero-fill also faults every page in */
-    bandwidth_job job = {.sum = tb_elementwise_kernels_active()->reduce[TB_REDUCE_SUM], .data = data,
-                         .count = (int64_t)(nbytes / sizeof(float))};
+    bandwidth_job job = {.read_sum = tb_read_sum_scalar, .data = data, .count = (int64_t)(nbytes / sizeof(float))};
+#ifdef TB_HAVE_X86
+    if (tb_isa_active() == TB_ISA_AVX512)
+        job.read_sum = tb_read_sum_avx512;
+    else if (tb_isa_active() == TB_ISA_AVX2)
+        job.read_sum = tb_read_sum_avx2;
+#endif
     job.pieces = tb_num_threads();
     double best = 0;
     for (int r = 0; r < (repeats < 1 ? 1 : repeats); r++) {

@@ -41,7 +41,6 @@ typedef struct tb_llm_kernels {
     /* IEEE half <-> f32, round to nearest even. */
     void (*to_f16)(const float *x, uint16_t *y, int64_t n);
     /* Reads n floats with the widest loads and returns their sum (the bandwidth probe's sweep). */
-    float (*read_sum)(const float *x, int64_t n);
     /* Index of the first maximum of x[0..n) (n >= 1; NaN never compares greater, as the scalar loop). */
     int64_t (*argmax)(const float *x, int64_t n);
 } tb_llm_kernels;

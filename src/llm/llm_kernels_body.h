@@ -224,21 +224,6 @@ static void llm_to_f16(const float *x, uint16_t *y, int64_t n) {
         vf_store_f16_part(y + i, vf_load_part(x + i, n - i), n - i);
 }
 
-static float llm_read_sum(const float *x, int64_t n) {
-    vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
-    int64_t i = 0;
-    for (; i + 4 * VF_LANES <= n; i += 4 * VF_LANES) {
-        a0 = vf_add(a0, vf_load(x + i));
-        a1 = vf_add(a1, vf_load(x + i + VF_LANES));
-        a2 = vf_add(a2, vf_load(x + i + 2 * VF_LANES));
-        a3 = vf_add(a3, vf_load(x + i + 3 * VF_LANES));
-    }
-    float tail = 0.0f;
-    for (; i < n; i++)
-        tail += x[i];
-    return vf_hsum(vf_add(vf_add(a0, a1), vf_add(a2, a3))) + tail;
-}
-
 /* The maximum by vector max (NaN lanes dropped as the scalar `>` drops them), then the first index holding
  * it. Two passes over x, both at load speed. */
 static int64_t llm_argmax(const float *x, int64_t n) {
@@ -276,7 +261,6 @@ const tb_llm_kernels TB_LLM_KERNELS_TABLE = {
     .silu_mul = llm_silu_mul,
     .rms_norm = llm_rms_norm,
     .to_f16 = llm_to_f16,
-    .read_sum = llm_read_sum,
     .argmax = llm_argmax,
 };
 

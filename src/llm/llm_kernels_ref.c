@@ -75,20 +75,6 @@ static void to_f16_ref(const float *x, uint16_t *y, int64_t n) {
         y[i] = tb_f32_to_f16(x[i]);
 }
 
-static float read_sum_ref(const float *x, int64_t n) {
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += x[i];
-        s1 += x[i + 1];
-        s2 += x[i + 2];
-        s3 += x[i + 3];
-    }
-    for (; i < n; i++)
-        s0 += x[i];
-    return (s0 + s1) + (s2 + s3);
-}
-
 static int64_t argmax_ref(const float *x, int64_t n) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)
@@ -106,7 +92,6 @@ const tb_llm_kernels tb_llm_kernels_ref = {
     .silu_mul = silu_mul_ref,
     .rms_norm = rms_norm_ref,
     .to_f16 = to_f16_ref,
-    .read_sum = read_sum_ref,
     .argmax = argmax_ref,
 };
 

@@ -3,7 +3,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/probe_kernels.h"
 #include "tb_test.h"
+#include "torchburn/probe.h"
 #include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
 #include "torchburn/dtype.h"
@@ -249,7 +251,29 @@ static void test_isa(void) {
            tb_isa_name(tb_isa_best()));
 }
 
+/* The bandwidth probe's wide-load read sweeps agree with the scalar sum, and the probes run. */
+static void test_probes(void) {
+    float data[1000];
+    for (int i = 0; i < 1000; i++)
+        data[i] = (float)(i % 7) - 3.0f;
+    int sizes[] = {0, 1, 15, 16, 63, 64, 65, 1000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        float expected = tb_read_sum_scalar(data, sizes[s]);
+#ifdef TB_HAVE_X86
+        if (tb_isa_supported(TB_ISA_AVX2))
+            TB_CHECK_MSG(fabsf(tb_read_sum_avx2(data, sizes[s]) - expected) < 1e-3f, "avx2 read sum n=%d", sizes[s]);
+        if (tb_isa_supported(TB_ISA_AVX512))
+            TB_CHECK_MSG(fabsf(tb_read_sum_avx512(data, sizes[s]) - expected) < 1e-3f, "avx512 read sum n=%d", sizes[s]);
+#endif
+    }
+    double gbps = 0, gflops = 0;
+    TB_CHECK(tb_probe_read_bandwidth(1 << 20, 1, &gbps) == TB_OK && gbps > 0);
+    TB_CHECK(tb_probe_peak_gflops(TB_ISA_SCALAR, 0.01, &gflops) == TB_OK && gflops > 0);
+    TB_CHECK(tb_probe_peak_gflops(TB_ISA_COUNT, 0.01, &gflops) == TB_ERR_UNSUPPORTED);
+}
+
 int main(void) {
+    test_probes();
     test_half_conversions();
     test_allocator();
     test_views();

@@ -107,7 +107,6 @@ static void test_kernel_tables(void) {
             for (int i = 0; i < n; i++)
                 ok &= close_rel(e[i], c[i], 1e-5f);
             TB_CHECK_MSG(ok, "%s rms_norm n=%d", k->name, n);
-            TB_CHECK(close_rel(k->read_sum(a, n), ref->read_sum(a, n), 1e-4f));
             a[n / 2] = 1e30f;
             a[n - 1] = 1e30f; /* ties: the first one wins */
             if (n > 3)
