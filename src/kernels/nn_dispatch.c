@@ -22,6 +22,8 @@ static const tb_nn_kernels nn_kernels_avx512 = {
     .im2col_panel = tb_im2col_panel_avx512,
     .conv2d_plane = tb_conv2d_plane_avx512,
     .max_pool2d_plane = tb_max_pool2d_plane_avx512,
+    .conv_direct = tb_conv_direct_avx512,
+    .conv_direct_lanes = 16,
 };
 #endif
 

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/gemm.h"
 #include "torchburn/cpu.h"
 
 /* Geometry of a 2-D window sweep (convolution or pooling) over `channels` contiguous planes.
@@ -96,6 +97,49 @@ void tb_adaptive_avg_pool2d_backward_plane_f32(int64_t in_h, int64_t in_w, int64
 void tb_adaptive_max_pool2d_plane_f32(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, const float *x,
                                       float *y, int64_t *index);
 
+/* Direct (implicit-GEMM) convolution of one image and group for stride_w == 1, reading the input
+ * planes in place instead of building im2col panels. Output positions are grouped into "slots":
+ * runs of at most `lanes` (the ISA's vector width) columns of one output row, slot s covering row
+ * s / ceil(out_w / lanes) and columns from (s % ceil(out_w / lanes)) * lanes. The kernel computes the
+ * slots [slot_begin, slot_end) of all m output channels:
+ *   y[i, j] = activation(bias[i] + sum_p w[i, p] * im2col(x)[p, j]) + residual[i, j]
+ * with p ordered like the weight [m, channels, kernel_h, kernel_w]. Weights come packed by
+ * tb_conv_direct_pack into panels of tb_conv_direct_panel_rows rows. Needs kernel_h * kernel_w <=
+ * TB_CONV_DIRECT_MAX_TAPS. */
+enum { TB_CONV_DIRECT_MAX_ROWS = 14, TB_CONV_DIRECT_MAX_TAPS = 64 };
+
+typedef struct tb_conv_direct_args {
+    const tb_window_geometry *g; /* channels = input channels of the group */
+    const float *x;              /* the group's input planes */
+    const float *packed;         /* tb_conv_direct_pack of the group's weights */
+    int64_t m;                   /* output channels of the group */
+    const float *bias;           /* m biases or NULL */
+    tb_activation activation;
+    const float *residual; /* laid out like y, or NULL */
+    float *y;              /* output channel 0 of the group */
+    int64_t ldy;           /* between output channels (out_h * out_w) */
+} tb_conv_direct_args;
+
+typedef void (*tb_conv_direct_fn)(const tb_conv_direct_args *args, int64_t slot_begin, int64_t slot_end);
+void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, int64_t slot_end);
+
+/* Weight panels: m rows split into ceil(m / TB_CONV_DIRECT_MAX_ROWS) panels of near-equal height
+ * (16 rows run as 8 + 8, not 14 + 2: a short panel leaves the FMA units waiting on latency). */
+static inline int tb_conv_direct_panels(int64_t m) {
+    return (int)((m + TB_CONV_DIRECT_MAX_ROWS - 1) / TB_CONV_DIRECT_MAX_ROWS);
+}
+
+/* Height of panel p and its first row. */
+static inline int tb_conv_direct_panel_rows(int64_t m, int p, int64_t *row0) {
+    int64_t panels = tb_conv_direct_panels(m), base = m / panels, extra = m % panels;
+    *row0 = p * base + (p < extra ? p : extra);
+    return (int)(base + (p < extra ? 1 : 0));
+}
+
+/* Packs w[m, k] (row-major) into m * k floats: panel p (rows [row0, row0 + rows)) at row0 * k,
+ * k-major within the panel: packed[row0 * k + q * rows + i] = w[row0 + i, q]. */
+void tb_conv_direct_pack(int64_t m, int64_t k, const float *w, float *packed);
+
 /* Per-ISA versions of the hot helpers: the SIMD im2col and plane convolution handle stride-1 rows and
  * fall back to the reference for other strides; the SIMD max pooling handles any window (gathers). */
 typedef struct tb_nn_kernels {
@@ -103,6 +147,8 @@ typedef struct tb_nn_kernels {
     tb_im2col_panel_fn im2col_panel;
     tb_conv2d_plane_fn conv2d_plane;
     tb_max_pool2d_plane_fn max_pool2d_plane;
+    tb_conv_direct_fn conv_direct; /* NULL: this ISA convolves through im2col panels */
+    int conv_direct_lanes;         /* its slot width */
 } tb_nn_kernels;
 
 void tb_im2col_panel_ref(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel);

@@ -25,6 +25,8 @@ typedef struct conv_job {
     const float *residual; /* [N, C_out, OH, OW] or NULL */
     float *y;              /* [N, C_out, OH, OW] */
     tb_activation activation;
+    tb_conv_direct_fn direct;    /* the direct path (kernels/nn_kernels.h), or NULL */
+    int64_t slots;               /* its slots per (image, group) */
     tb_conv_gemm plan;           /* the packed GEMM path */
     const float *packed_weight;  /* groups x tb_conv_gemm_weight_floats */
     int64_t tile, tiles;         /* output columns per task; tasks per (image, group) */
@@ -53,6 +55,33 @@ static void conv_packed_tasks(void *context, int64_t begin, int64_t end, int thr
         tb_conv_gemm_run(&job->plan, job->packed_weight + g * weight_floats, &s->geometry, x, c0, c1, scratch,
                          job->y + offset, spatial, job->bias ? job->bias + g * s->out_per_group : NULL,
                          job->activation, job->residual ? job->residual + offset : NULL);
+    }
+}
+
+/* Tasks are (image, group, slot range) of the direct path. */
+static void conv_direct_tasks(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    conv_job *job = context;
+    const tb_conv_shape *s = job->s;
+    int64_t spatial = s->out_h * s->out_w;
+    for (int64_t task = begin; task < end; task++) {
+        int64_t tile = task % job->tiles;
+        int64_t g = (task / job->tiles) % s->groups;
+        int64_t n = task / (job->tiles * s->groups);
+        int64_t first = tile * job->tile, last = first + job->tile < job->slots ? first + job->tile : job->slots;
+        int64_t offset = (n * s->out_channels + g * s->out_per_group) * spatial;
+        tb_conv_direct_args args = {
+            .g = &s->geometry,
+            .x = job->x + (n * s->in_channels + g * s->in_per_group) * s->in_h * s->in_w,
+            .packed = job->packed_weight + g * s->out_per_group * s->k,
+            .m = s->out_per_group,
+            .bias = job->bias ? job->bias + g * s->out_per_group : NULL,
+            .activation = job->activation,
+            .residual = job->residual ? job->residual + offset : NULL,
+            .y = job->y + offset,
+            .ldy = spatial,
+        };
+        job->direct(&args, first, last);
     }
 }
 
@@ -146,7 +175,33 @@ static tb_status conv_run(conv_job *job) {
     if (pointwise)
         return conv_pointwise(job);
     atomic_init(&job->failure.status, TB_OK);
-    if (s->groups > 1 && s->in_per_group == 1) {
+    const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
+    /* The direct path needs stride-1 rows and pays per output row: rows narrower than most of a
+     * vector go through im2col panels, which pack several rows into one tile. */
+    bool direct = kernels->conv_direct && g->stride_w == 1 && s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS &&
+                  s->out_w >= kernels->conv_direct_lanes * 3 / 4 && !(s->groups > 1 && s->in_per_group == 1);
+    if (direct) {
+        int64_t lanes = kernels->conv_direct_lanes;
+        job->direct = kernels->conv_direct;
+        job->slots = s->out_h * ((s->out_w + lanes - 1) / lanes);
+        tb_tensor packed = {0};
+        int64_t count = s->out_channels * s->k;
+        TB_TRY(tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, &packed));
+        float *out = tb_tensor_data(&packed);
+        for (int64_t grp = 0; grp < s->groups; grp++)
+            tb_conv_direct_pack(s->out_per_group, s->k, job->w + grp * s->out_per_group * s->k,
+                                out + grp * s->out_per_group * s->k);
+        job->packed_weight = out;
+        /* tasks: a few per thread, each an even number of slots (a tile is two) */
+        int64_t threads = tb_num_threads(), tiles = 1;
+        while (s->batch * s->groups * tiles < 4 * threads && job->slots / (2 * tiles) >= 8)
+            tiles *= 2;
+        job->tile = (job->slots + tiles - 1) / tiles;
+        job->tile += job->tile & 1;
+        job->tiles = (job->slots + job->tile - 1) / job->tile;
+        tb_parallel_for(s->batch * s->groups * job->tiles, 1, conv_direct_tasks, job);
+        tb_tensor_release(&packed);
+    } else if (s->groups > 1 && s->in_per_group == 1) {
         int64_t planes = s->batch * s->out_channels;
         int64_t grain = spatial * s->k >= TB_OPS_GRAIN ? 1 : TB_OPS_GRAIN / (spatial * s->k);
         tb_parallel_for(planes, grain, conv_direct_planes, job);

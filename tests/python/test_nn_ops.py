@@ -44,6 +44,15 @@ CONV_CASES = [
     (2, 3, 33, 35, 5, (3, 3), 1, 1, 1, 1, True),   # several column tiles
     (0, 3, 8, 8, 4, (3, 3), 1, 1, 1, 1, True),     # empty batch
     (1, 2, 3, 3, 3, (3, 3), 1, 0, 1, 1, True),     # 1x1 output
+    # rows of >= 12 outputs with stride_w 1 take the direct (implicit GEMM) kernel where the ISA has one
+    (2, 3, 12, 12, 16, (3, 3), 1, 1, 1, 1, True),   # 16 channels as two panels of 8
+    (1, 5, 17, 40, 29, (5, 3), (2, 1), (2, 1), (1, 2), 1, True),  # stride_h 2, dilated columns, 3 panels
+    (2, 8, 9, 31, 15, (3, 3), 1, 0, 1, 1, False),  # 29 columns: a full and a 13-lane vector per row
+    (1, 4, 20, 47, 31, (7, 7), 1, 3, (2, 1), 1, True),  # 49 taps, dilated rows
+    (2, 6, 16, 16, 12, (1, 3), 1, (0, 1), 1, 3, True),  # grouped
+    (1, 16, 8, 64, 64, (3, 3), 1, 1, 1, 1, True),  # 64 channels as 5 panels
+    (1, 2, 6, 20, 3, (8, 8), 1, 4, 1, 1, True),    # 64 taps (the direct limit), window taller than the image
+    (1, 2, 5, 20, 3, (9, 9), 1, 4, 1, 1, True),    # 81 taps: im2col panels
 ]
 
 
@@ -78,11 +87,12 @@ def test_conv2d_padding_modes_and_layouts():
 
 
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
-def test_conv2d_fused_epilogue(isa, activation):
-    x = torch.randn(2, 4, 9, 9)
+@pytest.mark.parametrize("width", [9, 21])  # 21: the direct kernel's epilogue, where the ISA has one
+def test_conv2d_fused_epilogue(isa, activation, width):
+    x = torch.randn(2, 4, 9, width)
     weight, bias = torch.randn(6, 4, 3, 3), torch.randn(6)
     scale, shift = torch.rand(6) + 0.5, torch.randn(6)
-    residual = torch.randn(2, 6, 9, 9)
+    residual = torch.randn(2, 6, 9, width)
     act = {None: lambda v: v, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh"),
            "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}[activation]
     conv = F.conv2d(x, weight, bias, padding=1)

@@ -1,0 +1,158 @@
+/* AVX-512 direct convolution for stride-1 rows (contract in kernels/nn_kernels.h): an implicit GEMM
+ * whose B operand is read straight from the input planes. A tile is two 16-lane output vectors (each a
+ * run of one output row); for every window tap the two vectors' input runs are fixed offsets from the
+ * channel's plane, so the k loop is "two masked loads, 2 x ROWS FMAs" with no im2col buffer. Window
+ * borders and rows outside the image become lane masks (masked-off lanes are neither read nor
+ * faulted), computed once per tile and reused across channels and weight panels. */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/gemm_internal.h"
+#include "kernels/nn_kernels.h"
+
+enum { LANES = 16, MAX_ROWS = TB_CONV_DIRECT_MAX_ROWS };
+
+static inline __mmask16 lane_range(int64_t lo, int64_t hi) {
+    if (lo < 0)
+        lo = 0;
+    if (hi > LANES)
+        hi = LANES;
+    if (hi <= lo)
+        return 0;
+    return (__mmask16)((((uint32_t)1 << hi) - 1) & ~(((uint32_t)1 << lo) - 1));
+}
+
+/* Address of element `index` of a plane (index may be negative or past the end: only masked lanes
+ * are touched, and a fully masked load touches nothing). */
+static inline const float *at(const float *plane, int64_t index) {
+    return (const float *)((uintptr_t)plane + (uintptr_t)(index * (int64_t)sizeof(float)));
+}
+
+/* One tile's per-tap tables: input offset (within a channel plane) and lane mask of each vector. */
+typedef struct tile_taps {
+    int64_t offset[2][TB_CONV_DIRECT_MAX_TAPS];
+    __mmask16 mask[2][TB_CONV_DIRECT_MAX_TAPS];
+} tile_taps;
+
+/* Accumulates ROWS output channels over the two vectors of a tile, starting from the row biases. */
+static inline __attribute__((always_inline)) void tile_rows(const int ROWS, const tb_window_geometry *g,
+                                                            const tile_taps *t, int taps, const float *x,
+                                                            const float *a, const float *bias, float *y0,
+                                                            float *y1, int64_t ldy, __mmask16 store0,
+                                                            __mmask16 store1) {
+    __m512 acc0[MAX_ROWS], acc1[MAX_ROWS];
+#pragma GCC unroll 16
+    for (int i = 0; i < ROWS; i++) {
+        acc0[i] = bias ? _mm512_set1_ps(bias[i]) : _mm512_setzero_ps();
+        acc1[i] = acc0[i];
+    }
+    const int64_t plane = g->in_h * g->in_w;
+    for (int64_t c = 0; c < g->channels; c++, x += plane) {
+        for (int tap = 0; tap < taps; tap++) {
+            __m512 b0 = _mm512_maskz_loadu_ps(t->mask[0][tap], at(x, t->offset[0][tap]));
+            __m512 b1 = _mm512_maskz_loadu_ps(t->mask[1][tap], at(x, t->offset[1][tap]));
+#pragma GCC unroll 16
+            for (int i = 0; i < ROWS; i++) {
+                __m512 ai = _mm512_set1_ps(a[i]);
+                acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+                acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+            }
+            a += ROWS;
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < ROWS; i++) {
+        _mm512_mask_storeu_ps(y0 + i * ldy, store0, acc0[i]);
+        if (store1)
+            _mm512_mask_storeu_ps(y1 + i * ldy, store1, acc1[i]);
+    }
+}
+
+typedef void (*rows_fn)(const tb_window_geometry *, const tile_taps *, int, const float *, const float *,
+                        const float *, float *, float *, int64_t, __mmask16, __mmask16);
+
+#define TB_ROWS_FN(rows)                                                                                       \
+    static void rows_##rows(const tb_window_geometry *g, const tile_taps *t, int taps, const float *x,         \
+                            const float *a, const float *bias, float *y0, float *y1, int64_t ldy,              \
+                            __mmask16 store0, __mmask16 store1) {                                              \
+        tile_rows(rows, g, t, taps, x, a, bias, y0, y1, ldy, store0, store1);                                  \
+    }
+TB_ROWS_FN(1) TB_ROWS_FN(2) TB_ROWS_FN(3) TB_ROWS_FN(4) TB_ROWS_FN(5) TB_ROWS_FN(6) TB_ROWS_FN(7)
+TB_ROWS_FN(8) TB_ROWS_FN(9) TB_ROWS_FN(10) TB_ROWS_FN(11) TB_ROWS_FN(12) TB_ROWS_FN(13) TB_ROWS_FN(14)
+#undef TB_ROWS_FN
+
+static const rows_fn rows_by_count[MAX_ROWS + 1] = {NULL,    rows_1,  rows_2,  rows_3,  rows_4,  rows_5,
+                                                    rows_6,  rows_7,  rows_8,  rows_9,  rows_10, rows_11,
+                                                    rows_12, rows_13, rows_14};
+
+/* Output row and first column of vector slot s, and its lane count. */
+static inline void slot_position(const tb_window_geometry *g, int64_t slot, int64_t *oh, int64_t *ow0, int *lanes) {
+    int64_t per_row = (g->out_w + LANES - 1) / LANES;
+    *oh = slot / per_row;
+    *ow0 = (slot % per_row) * LANES;
+    *lanes = (int)(g->out_w - *ow0 < LANES ? g->out_w - *ow0 : LANES);
+}
+
+static void fill_taps(const tb_window_geometry *g, int v, int64_t oh, int64_t ow0, __mmask16 store, tile_taps *t) {
+    int tap = 0;
+    for (int64_t kh = 0; kh < g->kernel_h; kh++) {
+        int64_t ih = oh * g->stride_h - g->pad_top + kh * g->dilation_h;
+        bool row_inside = ih >= 0 && ih < g->in_h;
+        for (int64_t kw = 0; kw < g->kernel_w; kw++, tap++) {
+            int64_t iw0 = ow0 - g->pad_left + kw * g->dilation_w;
+            t->mask[v][tap] = row_inside ? (__mmask16)(lane_range(-iw0, g->in_w - iw0) & store) : 0;
+            t->offset[v][tap] = row_inside ? ih * g->in_w + iw0 : 0;
+        }
+    }
+}
+
+void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, int64_t slot_end) {
+    const tb_window_geometry *g = args->g;
+    const int taps = (int)(g->kernel_h * g->kernel_w);
+    const int64_t k = g->channels * taps;
+    const int panels = tb_conv_direct_panels(args->m);
+    bool post = args->activation != TB_ACTIVATION_NONE || args->residual;
+    tile_taps t;
+    for (int64_t slot = slot_begin; slot < slot_end; slot += 2) {
+        int64_t oh[2], ow0[2];
+        int lanes[2] = {0, 0};
+        __mmask16 store[2] = {0, 0};
+        for (int v = 0; v < 2; v++) {
+            if (slot + v >= slot_end) {
+                for (int tap = 0; tap < taps; tap++) {
+                    t.mask[v][tap] = 0;
+                    t.offset[v][tap] = 0;
+                }
+                oh[v] = oh[0];
+                ow0[v] = ow0[0];
+                continue;
+            }
+            slot_position(g, slot + v, &oh[v], &ow0[v], &lanes[v]);
+            store[v] = lane_range(0, lanes[v]);
+            fill_taps(g, v, oh[v], ow0[v], store[v], &t);
+        }
+        int64_t out0 = oh[0] * g->out_w + ow0[0], out1 = oh[1] * g->out_w + ow0[1];
+        for (int p = 0; p < panels; p++) {
+            int64_t row0;
+            int rows = tb_conv_direct_panel_rows(args->m, p, &row0);
+            const float *a = args->packed + row0 * k;
+            float *y = args->y + row0 * args->ldy;
+            rows_by_count[rows](g, &t, taps, args->x, a, args->bias ? args->bias + row0 : NULL, y + out0, y + out1,
+                                args->ldy, store[0], store[1]);
+            if (!post)
+                continue;
+            for (int v = 0; v < 2; v++) {
+                if (!lanes[v])
+                    continue;
+                int64_t out = v ? out1 : out0;
+                tb_gemm_epilogue e = {
+                    .bias_kind = TB_BIAS_NONE,
+                    .activation = args->activation,
+                    .residual = args->residual ? args->residual + row0 * args->ldy + out : NULL,
+                    .residual_row_stride = args->ldy,
+                };
+                tb_gemm_microkernel_avx512.epilogue(y + out, args->ldy, rows, lanes[v], &e);
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+/* Tests of the direct (implicit-GEMM) convolution kernels against a naive double-precision
+ * convolution: stride-1 rows with borders, dilation, row strides, windows taller than the image,
+ * panel splits of 1..33 output channels, odd slot ranges (a tile with one vector), the fused
+ * activation + residual epilogue, and guard bytes around every output. */
+#include <math.h>
+
+#include "kernels/nn_kernels.h"
+#include "tb_test.h"
+
+typedef struct direct_case {
+    int64_t channels, in_h, in_w, kernel_h, kernel_w, stride_h, pad_top, pad_left, dilation_h, dilation_w;
+} direct_case;
+
+static const direct_case cases[] = {
+    {3, 9, 16, 3, 3, 1, 1, 1, 1, 1},  {2, 12, 33, 3, 3, 1, 1, 1, 1, 1}, {1, 5, 40, 3, 3, 2, 1, 1, 1, 1},
+    {2, 10, 17, 5, 5, 1, 2, 2, 1, 1}, {1, 12, 29, 3, 2, 1, 2, 0, 2, 3}, {3, 6, 20, 1, 1, 1, 0, 0, 1, 1},
+    {1, 4, 70, 3, 7, 1, 1, 3, 1, 1},  {2, 3, 24, 8, 8, 1, 4, 4, 1, 1},  {1, 9, 20, 2, 9, 3, 0, 8, 1, 2},
+    {0, 4, 16, 3, 3, 1, 1, 1, 1, 1},
+};
+enum { CASE_COUNT = sizeof cases / sizeof cases[0] };
+
+static tb_window_geometry geometry_of(const direct_case *c) {
+    tb_window_geometry g = {
+        .channels = c->channels, .in_h = c->in_h, .in_w = c->in_w, .kernel_h = c->kernel_h, .kernel_w = c->kernel_w,
+        .stride_h = c->stride_h, .stride_w = 1, .pad_top = c->pad_top, .pad_left = c->pad_left,
+        .dilation_h = c->dilation_h, .dilation_w = c->dilation_w,
+    };
+    g.out_h = (c->in_h + 2 * c->pad_top - c->dilation_h * (c->kernel_h - 1) - 1) / c->stride_h + 1;
+    g.out_w = c->in_w + 2 * c->pad_left - c->dilation_w * (c->kernel_w - 1);
+    return g;
+}
+
+static double naive(const tb_window_geometry *g, const float *x, const float *w, int64_t i, int64_t j) {
+    int64_t oh = j / g->out_w, ow = j % g->out_w, taps = g->kernel_h * g->kernel_w;
+    double sum = 0.0;
+    for (int64_t c = 0; c < g->channels; c++)
+        for (int64_t kh = 0; kh < g->kernel_h; kh++)
+            for (int64_t kw = 0; kw < g->kernel_w; kw++) {
+                int64_t ih = oh * g->stride_h - g->pad_top + kh * g->dilation_h;
+                int64_t iw = ow - g->pad_left + kw * g->dilation_w;
+                if (ih >= 0 && ih < g->in_h && iw >= 0 && iw < g->in_w)
+                    sum += (double)w[i * g->channels * taps + c * taps + kh * g->kernel_w + kw] *
+                           x[(c * g->in_h + ih) * g->in_w + iw];
+            }
+    return sum;
+}
+
+static void test_direct(tb_isa isa) {
+    const tb_nn_kernels *kernels = tb_nn_kernels_for(isa);
+    if (!kernels->conv_direct)
+        return;
+    static const int64_t ms[] = {1, 8, 14, 15, 16, 29, 33};
+    for (int ci = 0; ci < CASE_COUNT; ci++) {
+        tb_window_geometry g = geometry_of(&cases[ci]);
+        int64_t k = g.channels * g.kernel_h * g.kernel_w, spatial = g.out_h * g.out_w;
+        int64_t lanes = kernels->conv_direct_lanes, slots = g.out_h * ((g.out_w + lanes - 1) / lanes);
+        int64_t x_count = g.channels * g.in_h * g.in_w;
+        float *x = tb_test_guarded_alloc(x_count > 0 ? x_count : 1);
+        tb_test_fill_uniform(x, x_count, -1.0f, 1.0f, 300 + (uint64_t)ci);
+        for (int mi = 0; mi < (int)(sizeof ms / sizeof ms[0]); mi++) {
+            int64_t m = ms[mi];
+            bool fused = (ci + mi) % 2 == 1; /* bias + relu + residual, else no bias and no epilogue */
+            float *w = tb_test_guarded_alloc(m * k > 0 ? m * k : 1), *packed = tb_test_guarded_alloc(m * k > 0 ? m * k : 1);
+            float *bias = tb_test_guarded_alloc(m), *residual = tb_test_guarded_alloc(m * spatial);
+            float *y = tb_test_guarded_alloc(m * spatial);
+            tb_test_fill_uniform(w, m * k, -1.0f, 1.0f, 400 + (uint64_t)(ci * 16 + mi));
+            tb_test_fill_uniform(bias, m, -1.0f, 1.0f, 500 + (uint64_t)mi);
+            tb_test_fill_uniform(residual, m * spatial, -1.0f, 1.0f, 600 + (uint64_t)ci);
+            tb_conv_direct_pack(m, k, w, packed);
+            TB_CHECK(tb_test_guard_ok(packed, m * k > 0 ? m * k : 1));
+            tb_conv_direct_args args = {
+                .g = &g, .x = x, .packed = packed, .m = m, .bias = fused ? bias : NULL,
+                .activation = fused ? TB_ACTIVATION_RELU : TB_ACTIVATION_NONE, .residual = fused ? residual : NULL,
+                .y = y, .ldy = spatial,
+            };
+            /* an odd split: the first range ends with a one-vector tile */
+            int64_t split = slots / 2 | 1;
+            if (split > slots)
+                split = slots;
+            kernels->conv_direct(&args, 0, split);
+            kernels->conv_direct(&args, split, slots);
+            double worst = 0.0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < spatial; j++) {
+                    double expected = naive(&g, x, w, i, j);
+                    if (fused)
+                        expected = fmax(expected + bias[i], 0.0) + residual[i * spatial + j];
+                    worst = fmax(worst, fabs(expected - y[i * spatial + j]));
+                }
+            TB_CHECK_MSG(worst < 1e-4, "conv_direct %s case %d m %lld: max error %g", kernels->isa_name, ci,
+                         (long long)m, worst);
+            TB_CHECK(tb_test_guard_ok(y, m * spatial));
+            tb_test_guarded_free(w);
+            tb_test_guarded_free(packed);
+            tb_test_guarded_free(bias);
+            tb_test_guarded_free(residual);
+            tb_test_guarded_free(y);
+        }
+        tb_test_guarded_free(x);
+    }
+}
+
+/* The panel split: heights differ by at most one, cover [0, m) in order, and never exceed the limit. */
+static void test_panel_rows(void) {
+    for (int64_t m = 1; m <= 100; m++) {
+        int64_t next = 0;
+        int low = TB_CONV_DIRECT_MAX_ROWS, high = 0;
+        for (int p = 0; p < tb_conv_direct_panels(m); p++) {
+            int64_t row0;
+            int rows = tb_conv_direct_panel_rows(m, p, &row0);
+            TB_CHECK(row0 == next && rows >= 1 && rows <= TB_CONV_DIRECT_MAX_ROWS);
+            next += rows;
+            low = rows < low ? rows : low;
+            high = rows > high ? rows : high;
+        }
+        TB_CHECK_MSG(next == m && high - low <= 1, "panel split of %lld rows", (long long)m);
+    }
+}
+
+int main(void) {
+    test_panel_rows();
+    static const tb_isa isas[] = {TB_ISA_SCALAR, TB_ISA_AVX2, TB_ISA_AVX512};
+    for (int i = 0; i < 3; i++)
+        if (tb_isa_supported(isas[i]))
+            test_direct(isas[i]);
+    return tb_test_finish("conv_direct");
+}
