@@ -34,12 +34,21 @@ typedef struct tile_taps {
     __mmask16 mask[2][TB_CONV_DIRECT_MAX_TAPS];
 } tile_taps;
 
-/* Accumulates ROWS output channels over the two vectors of a tile, starting from the row biases. */
+/* Where one panel's rows of a tile go: row 0 of each vector's output, the lanes stored. */
+typedef struct tile_out {
+    float *y0, *y1;
+    int64_t ldy;
+    __mmask16 store0, store1;
+    bool relu;
+} tile_out;
+
+/* Accumulates ROWS output channels over the two vectors of a tile, starting from the row biases; relu
+ * (the usual activation after a convolution) is applied in registers, anything else afterwards by the
+ * GEMM epilogue (inlining every activation here would spill the accumulators). */
 static inline __attribute__((always_inline)) void tile_rows(const int ROWS, const tb_window_geometry *g,
                                                             const tile_taps *t, int taps, const float *x,
-                                                            const float *a, const float *bias, float *y0,
-                                                            float *y1, int64_t ldy, __mmask16 store0,
-                                                            __mmask16 store1) {
+                                                            const float *a, const float *bias,
+                                                            const tile_out *out) {
     __m512 acc0[MAX_ROWS], acc1[MAX_ROWS];
 #pragma GCC unroll 16
     for (int i = 0; i < ROWS; i++) {
@@ -60,22 +69,28 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, cons
             a += ROWS;
         }
     }
+    if (out->relu) {
+        const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int i = 0; i < ROWS; i++) {
+            acc0[i] = _mm512_max_ps(zero, acc0[i]); /* the second operand is returned for NaN, as torch.relu */
+            acc1[i] = _mm512_max_ps(zero, acc1[i]);
+        }
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < ROWS; i++) {
-        _mm512_mask_storeu_ps(y0 + i * ldy, store0, acc0[i]);
-        if (store1)
-            _mm512_mask_storeu_ps(y1 + i * ldy, store1, acc1[i]);
+        _mm512_mask_storeu_ps(out->y0 + i * out->ldy, out->store0, acc0[i]);
+        _mm512_mask_storeu_ps(out->y1 + i * out->ldy, out->store1, acc1[i]);
     }
 }
 
 typedef void (*rows_fn)(const tb_window_geometry *, const tile_taps *, int, const float *, const float *,
-                        const float *, float *, float *, int64_t, __mmask16, __mmask16);
+                        const float *, const tile_out *);
 
 #define TB_ROWS_FN(rows)                                                                                       \
     static void rows_##rows(const tb_window_geometry *g, const tile_taps *t, int taps, const float *x,         \
-                            const float *a, const float *bias, float *y0, float *y1, int64_t ldy,              \
-                            __mmask16 store0, __mmask16 store1) {                                              \
-        tile_rows(rows, g, t, taps, x, a, bias, y0, y1, ldy, store0, store1);                                  \
+                            const float *a, const float *bias, const tile_out *out) {                          \
+        tile_rows(rows, g, t, taps, x, a, bias, out);                                                          \
     }
 TB_ROWS_FN(1) TB_ROWS_FN(2) TB_ROWS_FN(3) TB_ROWS_FN(4) TB_ROWS_FN(5) TB_ROWS_FN(6) TB_ROWS_FN(7)
 TB_ROWS_FN(8) TB_ROWS_FN(9) TB_ROWS_FN(10) TB_ROWS_FN(11) TB_ROWS_FN(12) TB_ROWS_FN(13) TB_ROWS_FN(14)
@@ -111,7 +126,9 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
     const int taps = (int)(g->kernel_h * g->kernel_w);
     const int64_t k = g->channels * taps;
     const int panels = tb_conv_direct_panels(args->m);
-    bool post = args->activation != TB_ACTIVATION_NONE || args->residual;
+    /* relu runs in registers unless a residual follows it */
+    bool relu = args->activation == TB_ACTIVATION_RELU && !args->residual;
+    bool post = !relu && (args->activation != TB_ACTIVATION_NONE || args->residual);
     tile_taps t;
     for (int64_t slot = slot_begin; slot < slot_end; slot += 2) {
         int64_t oh[2], ow0[2];
@@ -135,23 +152,22 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
         for (int p = 0; p < panels; p++) {
             int64_t row0;
             int rows = tb_conv_direct_panel_rows(args->m, p, &row0);
-            const float *a = args->packed + row0 * k;
             float *y = args->y + row0 * args->ldy;
-            rows_by_count[rows](g, &t, taps, args->x, a, args->bias ? args->bias + row0 : NULL, y + out0, y + out1,
-                                args->ldy, store[0], store[1]);
-            if (!post)
-                continue;
-            for (int v = 0; v < 2; v++) {
+            tile_out out = {.y0 = y + out0, .y1 = y + out1, .ldy = args->ldy, .store0 = store[0], .store1 = store[1],
+                            .relu = relu};
+            rows_by_count[rows](g, &t, taps, args->x, args->packed + row0 * k, args->bias ? args->bias + row0 : NULL,
+                                &out);
+            for (int v = 0; v < 2 && post; v++) {
                 if (!lanes[v])
                     continue;
-                int64_t out = v ? out1 : out0;
+                int64_t at_out = v ? out1 : out0;
                 tb_gemm_epilogue e = {
                     .bias_kind = TB_BIAS_NONE,
-                    .activation = args->activation,
-                    .residual = args->residual ? args->residual + row0 * args->ldy + out : NULL,
+                    .activation = relu ? TB_ACTIVATION_NONE : args->activation,
+                    .residual = args->residual ? args->residual + row0 * args->ldy + at_out : NULL,
                     .residual_row_stride = args->ldy,
                 };
-                tb_gemm_microkernel_avx512.epilogue(y + out, args->ldy, rows, lanes[v], &e);
+                tb_gemm_microkernel_avx512.epilogue(y + at_out, args->ldy, rows, lanes[v], &e);
             }
         }
     }
