@@ -98,6 +98,12 @@ static void set_error_from_producer(void *context, const char *kind, const char 
 
 /* ---- the Plan object ---- */
 
+static double monotonic_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 typedef struct py_plan {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -106,6 +112,7 @@ typedef struct py_plan {
     PyObject *weakrefs;
     PyObject *last_error; /* message of the last failed run (str) or NULL */
     unsigned long long calls, fallbacks;
+    double run_seconds; /* time inside tb_plan_run over all calls: wall time minus this is the overhead */
 } py_plan;
 
 static PyTypeObject *plan_type;
@@ -301,9 +308,12 @@ static PyObject *plan_vectorcall(PyObject *callable, PyObject *const *args, size
         return NULL;
     }
     tb_status status;
+    double started = monotonic_seconds(), finished;
     Py_BEGIN_ALLOW_THREADS
     status = tb_plan_run(plan, s.inputs, s.outputs);
+    finished = monotonic_seconds();
     Py_END_ALLOW_THREADS
+    self->run_seconds += finished - started;
     if (status != TB_OK) {
         state_free(&s);
         if (self->fallback) {
@@ -355,6 +365,7 @@ PyObject *tb_py_plan_wrap(tb_plan *plan) {
     self->weakrefs = NULL;
     self->last_error = NULL;
     self->calls = self->fallbacks = 0;
+    self->run_seconds = 0.0;
     PyObject_GC_Track((PyObject *)self);
     return (PyObject *)self;
 }
@@ -393,6 +404,11 @@ static PyObject *plan_output_info(PyObject *object, PyObject *arg) {
         return NULL;
     }
     return info_tuple(tb_plan_output_info(self->plan, (int)j));
+}
+
+static PyObject *plan_get_run_seconds(PyObject *object, void *closure) {
+    (void)closure;
+    return PyFloat_FromDouble(((py_plan *)object)->run_seconds);
 }
 
 static PyObject *plan_describe(PyObject *object, PyObject *unused) {
@@ -536,11 +552,9 @@ static PyObject *plan_run_timing(PyObject *object, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     for (int r = 0; r < repeats && status == TB_OK; r++) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t0 = monotonic_seconds();
         status = tb_plan_run(plan, s.inputs, s.outputs);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        seconds[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        seconds[r] = monotonic_seconds() - t0;
     }
     Py_END_ALLOW_THREADS
     state_free(&s);
@@ -574,6 +588,8 @@ static PyGetSetDef plan_getset[] = {
     {"num_steps", plan_get_int, NULL, NULL, (void *)3},
     {"calls", plan_get_int, NULL, "calls through this object", (void *)4},
     {"fallbacks", plan_get_int, NULL, "calls that went to the fallback", (void *)5},
+    {"run_seconds", plan_get_run_seconds, NULL,
+     "seconds spent running the plan's steps over all calls (a call's wall time minus its share is overhead)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

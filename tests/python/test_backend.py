@@ -576,6 +576,13 @@ def test_plan_call_fallback_and_mismatch():
     assert plan(torch.randn(5, 8), w, b) == ("eager",)
     assert plan(x.t().contiguous().t(), w, b) == ("eager",)  # strides differ from the plan's
     assert plan.fallbacks == 2
+    # run_seconds counts time inside the plan's steps only: it grows with native runs, not fallbacks
+    before = plan.run_seconds
+    plan(x, w, b)
+    after = plan.run_seconds
+    assert after > before >= 0.0
+    plan(torch.randn(5, 8), w, b)
+    assert plan.run_seconds == after and plan.calls == plan.fallbacks + 3
     # numpy inputs give torchburn tensors
     np = pytest.importorskip("numpy")
     (arr,) = plan(x.numpy(), w.numpy(), b.numpy())
