@@ -77,10 +77,10 @@ void tb_conv_gemm_run(const tb_conv_gemm *plan, const float *packed_weight, cons
     }
 }
 
-void tb_conv_direct_pack(int64_t m, int64_t k, const float *w, float *packed) {
-    for (int p = 0; p < tb_conv_direct_panels(m); p++) {
+void tb_conv_direct_pack(int64_t m, int64_t k, int max_rows, const float *w, float *packed) {
+    for (int p = 0; p < tb_conv_direct_panels(m, max_rows); p++) {
         int64_t row0;
-        int rows = tb_conv_direct_panel_rows(m, p, &row0);
+        int rows = tb_conv_direct_panel_rows(m, max_rows, p, &row0);
         float *panel = packed + row0 * k;
         for (int64_t q = 0; q < k; q++)
             for (int i = 0; i < rows; i++)

@@ -15,6 +15,9 @@ static const tb_nn_kernels nn_kernels_avx2 = {
     .im2col_panel = tb_im2col_panel_avx2,
     .conv2d_plane = tb_conv2d_plane_avx2,
     .max_pool2d_plane = tb_max_pool2d_plane_avx2,
+    .conv_direct = tb_conv_direct_avx2,
+    .conv_direct_lanes = 8,
+    .conv_direct_rows = 6,
 };
 
 static const tb_nn_kernels nn_kernels_avx512 = {
@@ -24,6 +27,7 @@ static const tb_nn_kernels nn_kernels_avx512 = {
     .max_pool2d_plane = tb_max_pool2d_plane_avx512,
     .conv_direct = tb_conv_direct_avx512,
     .conv_direct_lanes = 16,
+    .conv_direct_rows = 14,
 };
 #endif
 

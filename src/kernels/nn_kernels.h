@@ -104,9 +104,9 @@ void tb_adaptive_max_pool2d_plane_f32(int64_t in_h, int64_t in_w, int64_t out_h,
  * slots [slot_begin, slot_end) of all m output channels:
  *   y[i, j] = activation(bias[i] + sum_p w[i, p] * im2col(x)[p, j]) + residual[i, j]
  * with p ordered like the weight [m, channels, kernel_h, kernel_w]. Weights come packed by
- * tb_conv_direct_pack into panels of tb_conv_direct_panel_rows rows. Needs kernel_h * kernel_w <=
- * TB_CONV_DIRECT_MAX_TAPS. */
-enum { TB_CONV_DIRECT_MAX_ROWS = 14, TB_CONV_DIRECT_MAX_TAPS = 64 };
+ * tb_conv_direct_pack into panels of at most the ISA's conv_direct_rows rows (tb_conv_direct_panel_rows).
+ * Needs kernel_h * kernel_w <= TB_CONV_DIRECT_MAX_TAPS. */
+enum { TB_CONV_DIRECT_MAX_TAPS = 64 };
 
 typedef struct tb_conv_direct_args {
     const tb_window_geometry *g; /* channels = input channels of the group */
@@ -121,24 +121,23 @@ typedef struct tb_conv_direct_args {
 } tb_conv_direct_args;
 
 typedef void (*tb_conv_direct_fn)(const tb_conv_direct_args *args, int64_t slot_begin, int64_t slot_end);
+void tb_conv_direct_avx2(const tb_conv_direct_args *args, int64_t slot_begin, int64_t slot_end);
 void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, int64_t slot_end);
 
-/* Weight panels: m rows split into ceil(m / TB_CONV_DIRECT_MAX_ROWS) panels of near-equal height
- * (16 rows run as 8 + 8, not 14 + 2: a short panel leaves the FMA units waiting on latency). */
-static inline int tb_conv_direct_panels(int64_t m) {
-    return (int)((m + TB_CONV_DIRECT_MAX_ROWS - 1) / TB_CONV_DIRECT_MAX_ROWS);
-}
+/* Weight panels: m rows split into ceil(m / max_rows) panels of near-equal height (16 rows with
+ * max_rows 14 run as 8 + 8, not 14 + 2: a short panel leaves the FMA units waiting on latency). */
+static inline int tb_conv_direct_panels(int64_t m, int max_rows) { return (int)((m + max_rows - 1) / max_rows); }
 
 /* Height of panel p and its first row. */
-static inline int tb_conv_direct_panel_rows(int64_t m, int p, int64_t *row0) {
-    int64_t panels = tb_conv_direct_panels(m), base = m / panels, extra = m % panels;
+static inline int tb_conv_direct_panel_rows(int64_t m, int max_rows, int p, int64_t *row0) {
+    int64_t panels = tb_conv_direct_panels(m, max_rows), base = m / panels, extra = m % panels;
     *row0 = p * base + (p < extra ? p : extra);
     return (int)(base + (p < extra ? 1 : 0));
 }
 
 /* Packs w[m, k] (row-major) into m * k floats: panel p (rows [row0, row0 + rows)) at row0 * k,
  * k-major within the panel: packed[row0 * k + q * rows + i] = w[row0 + i, q]. */
-void tb_conv_direct_pack(int64_t m, int64_t k, const float *w, float *packed);
+void tb_conv_direct_pack(int64_t m, int64_t k, int max_rows, const float *w, float *packed);
 
 /* Per-ISA versions of the hot helpers: the SIMD im2col and plane convolution handle stride-1 rows and
  * fall back to the reference for other strides; the SIMD max pooling handles any window (gathers). */
@@ -149,6 +148,7 @@ typedef struct tb_nn_kernels {
     tb_max_pool2d_plane_fn max_pool2d_plane;
     tb_conv_direct_fn conv_direct; /* NULL: this ISA convolves through im2col panels */
     int conv_direct_lanes;         /* its slot width */
+    int conv_direct_rows;          /* its weight panel height limit */
 } tb_nn_kernels;
 
 void tb_im2col_panel_ref(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel);

@@ -189,7 +189,7 @@ static tb_status conv_run(conv_job *job) {
         TB_TRY(tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, &packed));
         float *out = tb_tensor_data(&packed);
         for (int64_t grp = 0; grp < s->groups; grp++)
-            tb_conv_direct_pack(s->out_per_group, s->k, job->w + grp * s->out_per_group * s->k,
+            tb_conv_direct_pack(s->out_per_group, s->k, kernels->conv_direct_rows, job->w + grp * s->out_per_group * s->k,
                                 out + grp * s->out_per_group * s->k);
         job->packed_weight = out;
         /* tasks: a few per thread, each an even number of slots (a tile is two) */

@@ -68,7 +68,7 @@ static void test_direct(tb_isa isa) {
             tb_test_fill_uniform(w, m * k, -1.0f, 1.0f, 400 + (uint64_t)(ci * 16 + mi));
             tb_test_fill_uniform(bias, m, -1.0f, 1.0f, 500 + (uint64_t)mi);
             tb_test_fill_uniform(residual, m * spatial, -1.0f, 1.0f, 600 + (uint64_t)ci);
-            tb_conv_direct_pack(m, k, w, packed);
+            tb_conv_direct_pack(m, k, kernels->conv_direct_rows, w, packed);
             TB_CHECK(tb_test_guard_ok(packed, m * k > 0 ? m * k : 1));
             tb_conv_direct_args args = {
                 .g = &g, .x = x, .packed = packed, .m = m, .bias = fused ? bias : NULL,
@@ -104,18 +104,22 @@ static void test_direct(tb_isa isa) {
 
 /* The panel split: heights differ by at most one, cover [0, m) in order, and never exceed the limit. */
 static void test_panel_rows(void) {
-    for (int64_t m = 1; m <= 100; m++) {
-        int64_t next = 0;
-        int low = TB_CONV_DIRECT_MAX_ROWS, high = 0;
-        for (int p = 0; p < tb_conv_direct_panels(m); p++) {
-            int64_t row0;
-            int rows = tb_conv_direct_panel_rows(m, p, &row0);
-            TB_CHECK(row0 == next && rows >= 1 && rows <= TB_CONV_DIRECT_MAX_ROWS);
-            next += rows;
-            low = rows < low ? rows : low;
-            high = rows > high ? rows : high;
+    static const int limits[] = {6, 14};
+    for (int li = 0; li < 2; li++) {
+        int limit = limits[li];
+        for (int64_t m = 1; m <= 100; m++) {
+            int64_t next = 0;
+            int low = limit, high = 0;
+            for (int p = 0; p < tb_conv_direct_panels(m, limit); p++) {
+                int64_t row0;
+                int rows = tb_conv_direct_panel_rows(m, limit, p, &row0);
+                TB_CHECK(row0 == next && rows >= 1 && rows <= limit);
+                next += rows;
+                low = rows < low ? rows : low;
+                high = rows > high ? rows : high;
+            }
+            TB_CHECK_MSG(next == m && high - low <= 1, "panel split of %lld rows by %d", (long long)m, limit);
         }
-        TB_CHECK_MSG(next == m && high - low <= 1, "panel split of %lld rows", (long long)m);
     }
 }
 

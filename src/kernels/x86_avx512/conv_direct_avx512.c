@@ -10,7 +10,7 @@
 #include "kernels/gemm_internal.h"
 #include "kernels/nn_kernels.h"
 
-enum { LANES = 16, MAX_ROWS = TB_CONV_DIRECT_MAX_ROWS };
+enum { LANES = 16, MAX_ROWS = 14 }; /* 28 accumulators + 2 B vectors + 1 broadcast of the 32 registers */
 
 static inline __mmask16 lane_range(int64_t lo, int64_t hi) {
     if (lo < 0)
@@ -125,7 +125,7 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
     const tb_window_geometry *g = args->g;
     const int taps = (int)(g->kernel_h * g->kernel_w);
     const int64_t k = g->channels * taps;
-    const int panels = tb_conv_direct_panels(args->m);
+    const int panels = tb_conv_direct_panels(args->m, MAX_ROWS);
     /* relu runs in registers unless a residual follows it */
     bool relu = args->activation == TB_ACTIVATION_RELU && !args->residual;
     bool post = !relu && (args->activation != TB_ACTIVATION_NONE || args->residual);
@@ -151,7 +151,7 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
         int64_t out0 = oh[0] * g->out_w + ow0[0], out1 = oh[1] * g->out_w + ow0[1];
         for (int p = 0; p < panels; p++) {
             int64_t row0;
-            int rows = tb_conv_direct_panel_rows(args->m, p, &row0);
+            int rows = tb_conv_direct_panel_rows(args->m, MAX_ROWS, p, &row0);
             float *y = args->y + row0 * args->ldy;
             tile_out out = {.y0 = y + out0, .y1 = y + out1, .ldy = args->ldy, .store0 = store[0], .store1 = store[1],
                             .relu = relu};

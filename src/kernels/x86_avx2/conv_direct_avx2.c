@@ -1,0 +1,165 @@
+/* AVX2 direct convolution for stride-1 rows (contract in kernels/nn_kernels.h): the AVX-512 kernel's
+ * scheme (x86_avx512/conv_direct_avx512.c) on 8-lane vectors. A tile is two 8-lane output runs; each
+ * window tap reads both runs straight from the input plane with _mm256_maskload_ps, whose masked-off
+ * lanes are neither read nor faulted, so borders and rows outside the image cost nothing extra. With
+ * 16 registers a panel holds at most 6 output channels (12 accumulators, 2 B vectors, 1 broadcast). */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/gemm_internal.h"
+#include "kernels/nn_kernels.h"
+
+enum { LANES = 8, MAX_ROWS = 6 };
+
+/* All-ones in lanes l of [0, 8) with lo <= l < hi (the sign bit selects a lane for maskload/store). */
+static inline __m256i lane_range(int64_t lo, int64_t hi) {
+    if (lo < 0)
+        lo = 0;
+    if (hi > LANES)
+        hi = LANES;
+    if (hi < lo)
+        hi = lo;
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i at_least_lo = _mm256_cmpgt_epi32(lanes, _mm256_set1_epi32((int)lo - 1));
+    __m256i below_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), lanes);
+    return _mm256_and_si256(at_least_lo, below_hi);
+}
+
+/* Address of element `index` of a plane (index may be negative or past the end: only selected lanes
+ * are touched, and a load with no lane selected touches nothing). */
+static inline const float *at(const float *plane, int64_t index) {
+    return (const float *)((uintptr_t)plane + (uintptr_t)(index * (int64_t)sizeof(float)));
+}
+
+/* One tile's per-tap tables: input offset (within a channel plane) and lane mask of each vector. */
+typedef struct tile_taps {
+    int64_t offset[2][TB_CONV_DIRECT_MAX_TAPS];
+    __m256i mask[2][TB_CONV_DIRECT_MAX_TAPS];
+} tile_taps;
+
+typedef struct tile_out {
+    float *y0, *y1;
+    int64_t ldy;
+    __m256i store0, store1;
+    bool relu;
+} tile_out;
+
+/* ROWS output channels over the two vectors of a tile, from the row biases; relu in registers. */
+static inline __attribute__((always_inline)) void tile_rows(const int ROWS, const tb_window_geometry *g,
+                                                            const tile_taps *t, int taps, const float *x,
+                                                            const float *a, const float *bias,
+                                                            const tile_out *out) {
+    __m256 acc0[MAX_ROWS], acc1[MAX_ROWS];
+#pragma GCC unroll 8
+    for (int i = 0; i < ROWS; i++) {
+        acc0[i] = bias ? _mm256_set1_ps(bias[i]) : _mm256_setzero_ps();
+        acc1[i] = acc0[i];
+    }
+    const int64_t plane = g->in_h * g->in_w;
+    for (int64_t c = 0; c < g->channels; c++, x += plane) {
+        for (int tap = 0; tap < taps; tap++) {
+            __m256 b0 = _mm256_maskload_ps(at(x, t->offset[0][tap]), t->mask[0][tap]);
+            __m256 b1 = _mm256_maskload_ps(at(x, t->offset[1][tap]), t->mask[1][tap]);
+#pragma GCC unroll 8
+            for (int i = 0; i < ROWS; i++) {
+                __m256 ai = _mm256_broadcast_ss(a + i);
+                acc0[i] = _mm256_fmadd_ps(ai, b0, acc0[i]);
+                acc1[i] = _mm256_fmadd_ps(ai, b1, acc1[i]);
+            }
+            a += ROWS;
+        }
+    }
+    if (out->relu) {
+        const __m256 zero = _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int i = 0; i < ROWS; i++) {
+            acc0[i] = _mm256_max_ps(zero, acc0[i]); /* the second operand is returned for NaN, as torch.relu */
+            acc1[i] = _mm256_max_ps(zero, acc1[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < ROWS; i++) {
+        _mm256_maskstore_ps(out->y0 + i * out->ldy, out->store0, acc0[i]);
+        _mm256_maskstore_ps(out->y1 + i * out->ldy, out->store1, acc1[i]);
+    }
+}
+
+typedef void (*rows_fn)(const tb_window_geometry *, const tile_taps *, int, const float *, const float *,
+                        const float *, const tile_out *);
+
+#define TB_ROWS_FN(rows)                                                                                       \
+    static void rows_##rows(const tb_window_geometry *g, const tile_taps *t, int taps, const float *x,         \
+                            const float *a, const float *bias, const tile_out *out) {                          \
+        tile_rows(rows, g, t, taps, x, a, bias, out);                                                          \
+    }
+TB_ROWS_FN(1) TB_ROWS_FN(2) TB_ROWS_FN(3) TB_ROWS_FN(4) TB_ROWS_FN(5) TB_ROWS_FN(6)
+#undef TB_ROWS_FN
+
+static const rows_fn rows_by_count[MAX_ROWS + 1] = {NULL, rows_1, rows_2, rows_3, rows_4, rows_5, rows_6};
+
+static void fill_taps(const tb_window_geometry *g, int v, int64_t oh, int64_t ow0, int lanes, tile_taps *t) {
+    int tap = 0;
+    for (int64_t kh = 0; kh < g->kernel_h; kh++) {
+        int64_t ih = oh * g->stride_h - g->pad_top + kh * g->dilation_h;
+        bool row_inside = ih >= 0 && ih < g->in_h;
+        for (int64_t kw = 0; kw < g->kernel_w; kw++, tap++) {
+            int64_t iw0 = ow0 - g->pad_left + kw * g->dilation_w;
+            int64_t lo = -iw0, hi = g->in_w - iw0 < lanes ? g->in_w - iw0 : lanes;
+            t->mask[v][tap] = row_inside ? lane_range(lo, hi) : _mm256_setzero_si256();
+            t->offset[v][tap] = row_inside ? ih * g->in_w + iw0 : 0;
+        }
+    }
+}
+
+void tb_conv_direct_avx2(const tb_conv_direct_args *args, int64_t slot_begin, int64_t slot_end) {
+    const tb_window_geometry *g = args->g;
+    const int taps = (int)(g->kernel_h * g->kernel_w);
+    const int64_t k = g->channels * taps;
+    const int panels = tb_conv_direct_panels(args->m, MAX_ROWS);
+    const int64_t per_row = (g->out_w + LANES - 1) / LANES;
+    /* relu runs in registers unless a residual follows it */
+    bool relu = args->activation == TB_ACTIVATION_RELU && !args->residual;
+    bool post = !relu && (args->activation != TB_ACTIVATION_NONE || args->residual);
+    tile_taps t;
+    for (int64_t slot = slot_begin; slot < slot_end; slot += 2) {
+        int64_t out[2] = {0, 0};
+        int lanes[2] = {0, 0};
+        __m256i store[2];
+        for (int v = 0; v < 2; v++) {
+            if (slot + v >= slot_end) {
+                for (int tap = 0; tap < taps; tap++) {
+                    t.mask[v][tap] = _mm256_setzero_si256();
+                    t.offset[v][tap] = 0;
+                }
+                store[v] = _mm256_setzero_si256();
+                out[v] = out[0];
+                continue;
+            }
+            int64_t oh = (slot + v) / per_row, ow0 = ((slot + v) % per_row) * LANES;
+            lanes[v] = (int)(g->out_w - ow0 < LANES ? g->out_w - ow0 : LANES);
+            store[v] = lane_range(0, lanes[v]);
+            fill_taps(g, v, oh, ow0, lanes[v], &t);
+            out[v] = oh * g->out_w + ow0;
+        }
+        for (int p = 0; p < panels; p++) {
+            int64_t row0;
+            int rows = tb_conv_direct_panel_rows(args->m, MAX_ROWS, p, &row0);
+            float *y = args->y + row0 * args->ldy;
+            tile_out o = {.y0 = y + out[0], .y1 = y + out[1], .ldy = args->ldy, .store0 = store[0], .store1 = store[1],
+                          .relu = relu};
+            rows_by_count[rows](g, &t, taps, args->x, args->packed + row0 * k, args->bias ? args->bias + row0 : NULL,
+                                &o);
+            for (int v = 0; v < 2 && post; v++) {
+                if (!lanes[v])
+                    continue;
+                tb_gemm_epilogue e = {
+                    .bias_kind = TB_BIAS_NONE,
+                    .activation = relu ? TB_ACTIVATION_NONE : args->activation,
+                    .residual = args->residual ? args->residual + row0 * args->ldy + out[v] : NULL,
+                    .residual_row_stride = args->ldy,
+                };
+                tb_gemm_microkernel_avx2.epilogue(y + out[v], args->ldy, rows, lanes[v], &e);
+            }
+        }
+    }
+}
