@@ -140,7 +140,8 @@ static inline int tb_conv_direct_panel_rows(int64_t m, int max_rows, int p, int6
 void tb_conv_direct_pack(int64_t m, int64_t k, int max_rows, const float *w, float *packed);
 
 /* Per-ISA versions of the hot helpers: the SIMD im2col and plane convolution handle stride-1 rows and
- * fall back to the reference for other strides; the SIMD max pooling handles any window (gathers). */
+ * fall back to the reference for other strides; the SIMD max pooling handles any window up to 32
+ * columns wide (stride 1 by loads, stride 2 by paired loads and a lane shuffle, others by gathers). */
 typedef struct tb_nn_kernels {
     const char *isa_name;
     tb_im2col_panel_fn im2col_panel;

@@ -3,6 +3,8 @@
  * around every output, and the nn ops' argument checks (error codes, zeroed outputs, no crash). */
 #include <math.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels/conv_gemm.h"
 #include "kernels/nn_kernels.h"
@@ -113,7 +115,7 @@ static void test_plane_convolution(void) {
 }
 
 /* Every ISA's max pooling against the reference, exactly (values and int64 indices), with NaN, -inf
- * and ties planted; windows that hold no input element are skipped (pooling never produces them). */
+ * and ties planted. */
 static void test_max_pool_planes(void) {
     for (int ci = 0; ci < CASE_COUNT; ci++) {
         tb_window_geometry g = geometry_of(&cases[ci]);
@@ -131,20 +133,11 @@ static void test_max_pool_planes(void) {
             const tb_nn_kernels *kernels = tb_nn_kernels_for(isas[ii]);
             kernels->max_pool2d_plane(&g, x, y, index);
             int bad = 0;
-            for (int64_t oh = 0; oh < g.out_h; oh++)
-                for (int64_t ow = 0; ow < g.out_w; ow++) {
-                    int any = 0;
-                    for (int64_t kh = 0; kh < g.kernel_h; kh++)
-                        for (int64_t kw = 0; kw < g.kernel_w; kw++) {
-                            int64_t ih = oh * g.stride_h - g.pad_top + kh * g.dilation_h;
-                            int64_t iw = ow * g.stride_w - g.pad_left + kw * g.dilation_w;
-                            any |= ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
-                        }
-                    int64_t j = oh * g.out_w + ow;
-                    int same_value = (isnan(y[j]) && isnan(expected[j])) || y[j] == expected[j];
-                    if (any && (!same_value || index[j] != expected_index[j]))
-                        bad++;
-                }
+            for (int64_t j = 0; j < y_count; j++) {
+                int same_value = (isnan(y[j]) && isnan(expected[j])) || y[j] == expected[j];
+                if (!same_value || index[j] != expected_index[j])
+                    bad++;
+            }
             TB_CHECK_MSG(!bad, "max_pool2d_plane %s case %d: %d outputs differ", kernels->isa_name, ci, bad);
             TB_CHECK(tb_test_guard_ok(y, y_count));
         }
@@ -154,6 +147,134 @@ static void test_max_pool_planes(void) {
         free(index);
         free(expected_index);
     }
+}
+
+/* An output size as the pooling ops compute it (PyTorch's pooling_output_shape); 0 when the window
+ * does not fit. */
+static int64_t pooled_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
+    int64_t numerator = in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+    if (numerator < 0)
+        return 0;
+    int64_t out = numerator / stride + 1;
+    if (ceil_mode && (out - 1) * stride >= in + pad)
+        out--;
+    return out;
+}
+
+/* Fills a plane: kind 0 is uniform in [-1, 1) with NaN, -inf, ties (0.5) and both zeros planted, kind
+ * 1 is all -inf but a sparse NaN (so windows of -inf only, and NaN among them). */
+static void fill_pool_input(float *x, int64_t count, int kind, uint64_t seed) {
+    static const float planted[] = {NAN, -INFINITY, 0.5f, -0.0f, 0.0f, 0.5f};
+    if (kind == 0) {
+        tb_test_fill_uniform(x, count, -1.0f, 1.0f, seed);
+        for (int64_t i = (int64_t)(seed % 3); i < count; i += 3)
+            x[i] = planted[(i / 3 + (int64_t)seed) % 6];
+    } else {
+        for (int64_t i = 0; i < count; i++)
+            x[i] = i % 11 == 10 ? NAN : -INFINITY;
+    }
+}
+
+/* A plane buffer between two unmapped pages: a plane placed flush against either end faults on any
+ * load past that end. */
+typedef struct fenced_planes {
+    char *map;
+    size_t page, body;
+} fenced_planes;
+
+/* Runs every SIMD max pooling on g (input `source`) with the plane flush against each fence, with and
+ * without indices, and compares values and indices with the reference bitwise. Returns the number
+ * of runs that differ; reports them while *reports_left lasts. */
+static int max_pool_runs_differing(const tb_window_geometry *g, const float *source, const fenced_planes *fence,
+                                   float *y, int64_t *index, float *expected, int64_t *expected_index,
+                                   int *reports_left) {
+    int64_t x_count = g->in_h * g->in_w, y_count = g->out_h * g->out_w;
+    int differing = 0;
+    tb_max_pool2d_plane_f32(g, source, expected, expected_index);
+    for (int ii = 1; ii < 3; ii++) {
+        if (!tb_isa_supported(isas[ii]))
+            continue;
+        const tb_nn_kernels *kernels = tb_nn_kernels_for(isas[ii]);
+        for (int at_end = 0; at_end <= 1; at_end++) {
+            float *x = (float *)(void *)(fence->map + fence->page);
+            if (at_end)
+                x += fence->body / sizeof(float) - (size_t)x_count;
+            memcpy(x, source, (size_t)x_count * sizeof(float));
+            for (int with_index = 0; with_index <= 1; with_index++) {
+                memset(y, 0xA5, (size_t)y_count * sizeof(float));
+                memset(index, 0xA5, (size_t)y_count * sizeof(int64_t));
+                kernels->max_pool2d_plane(g, x, y, with_index ? index : NULL);
+                bool same = memcmp(y, expected, (size_t)y_count * sizeof(float)) == 0;
+                if (with_index)
+                    same &= memcmp(index, expected_index, (size_t)y_count * sizeof(int64_t)) == 0;
+                if (same)
+                    continue;
+                differing++;
+                if ((*reports_left)-- > 0)
+                    fprintf(stderr, "max_pool2d_plane %s: in %lldx%lld kernel %lldx%lld stride %lldx2 pad %lld "
+                            "dilation %lld out %lldx%lld index %d differs\n", kernels->isa_name, (long long)g->in_h,
+                            (long long)g->in_w, (long long)g->kernel_h, (long long)g->kernel_w, (long long)g->stride_h,
+                            (long long)g->pad_left, (long long)g->dilation_w, (long long)g->out_h,
+                            (long long)g->out_w, with_index);
+            }
+        }
+    }
+    return differing;
+}
+
+/* Stride-2 max pooling (two loads and an even/odd pick per tap) at every ISA against the reference,
+ * bitwise, with and without indices: widths 1..70 cover the 8- and 16-lane tails and both borders;
+ * kernels 2 and 3, padding 0 and 1, dilation 1 and 2 (which makes windows with no element in range),
+ * row strides 1 and 2 and ceil mode (windows hanging over the bottom and right edges), on heights
+ * that give whole and partial groups of rows. Planes are read flush against an unmapped page. */
+static void test_max_pool_stride2(void) {
+    enum { MAX_IN_H = 13, MAX_IN_W = 70, MAX_OUT = (MAX_IN_H + 2) * (MAX_IN_W / 2 + 2) };
+    static const int64_t heights[] = {1, 7, MAX_IN_H};
+    fenced_planes fence = {.page = (size_t)sysconf(_SC_PAGESIZE)};
+    fence.body = (MAX_IN_H * MAX_IN_W * sizeof(float) + fence.page - 1) / fence.page * fence.page;
+    fence.map = mmap(NULL, fence.body + 2 * fence.page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    TB_CHECK(fence.map != MAP_FAILED);
+    if (fence.map == MAP_FAILED)
+        return;
+    mprotect(fence.map, fence.page, PROT_NONE);
+    mprotect(fence.map + fence.page + fence.body, fence.page, PROT_NONE);
+    float *source = malloc(MAX_IN_H * MAX_IN_W * sizeof(float)), *expected = malloc(MAX_OUT * sizeof(float));
+    int64_t *expected_index = malloc(MAX_OUT * sizeof(int64_t));
+    int geometries = 0, differing = 0, reports_left = 5;
+    /* bits of `variant`: kernel_w - 2, kernel_h - 2, pad, dilation - 1, stride_h - 1, ceil_mode */
+    for (int variant = 0; variant < 64; variant++) {
+        int64_t kernel_w = 2 + (variant & 1), kernel_h = 2 + (variant >> 1 & 1), pad = variant >> 2 & 1;
+        int64_t dilation = 1 + (variant >> 3 & 1), stride_h = 1 + (variant >> 4 & 1);
+        bool ceil_mode = variant >> 5 & 1;
+        for (int hi = 0; hi < 3; hi++)
+            for (int64_t in_w = 1; in_w <= MAX_IN_W; in_w++) {
+                int64_t in_h = heights[hi];
+                tb_window_geometry g = {
+                    .channels = 1, .in_h = in_h, .in_w = in_w, .kernel_h = kernel_h, .kernel_w = kernel_w,
+                    .stride_h = stride_h, .stride_w = 2, .pad_top = pad, .pad_left = pad, .dilation_h = dilation,
+                    .dilation_w = dilation, .out_h = pooled_size(in_h, kernel_h, pad, stride_h, dilation, ceil_mode),
+                    .out_w = pooled_size(in_w, kernel_w, pad, 2, dilation, ceil_mode),
+                };
+                if (g.out_h < 1 || g.out_w < 1)
+                    continue;
+                fill_pool_input(source, in_h * in_w, geometries % 4 == 3, (uint64_t)geometries);
+                geometries++;
+                /* int64 indices in a guarded float buffer of twice the count */
+                int64_t y_count = g.out_h * g.out_w;
+                float *y = tb_test_guarded_alloc(y_count), *index = tb_test_guarded_alloc(2 * y_count);
+                differing += max_pool_runs_differing(&g, source, &fence, y, (int64_t *)(void *)index, expected,
+                                                     expected_index, &reports_left);
+                TB_CHECK(tb_test_guard_ok(y, y_count));
+                TB_CHECK(tb_test_guard_ok(index, 2 * y_count));
+                tb_test_guarded_free(y);
+                tb_test_guarded_free(index);
+            }
+    }
+    TB_CHECK_MSG(differing == 0, "stride-2 max pooling: %d runs over %d geometries differ", differing, geometries);
+    free(source);
+    free(expected);
+    free(expected_index);
+    munmap(fence.map, fence.body + 2 * fence.page);
 }
 
 /* The packed conv GEMM (bias + residual epilogue) against a naive double-precision convolution. */
@@ -245,6 +366,7 @@ int main(void) {
     test_im2col_panels();
     test_plane_convolution();
     test_max_pool_planes();
+    test_max_pool_stride2();
     test_conv_gemm();
     test_bad_arguments();
     return tb_test_finish("nn_ops");
