@@ -146,8 +146,9 @@ typedef union tb_graph_params {
     X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 1, 1, adaptive_pool, tb_infer_adaptive_pool, tb_lower_nn) \
     /* weight [V, E], integer indices [...] -> [..., E] */                                                   \
     X(EMBEDDING, "embedding", 2, 2, 1, none, tb_infer_embedding, tb_lower_nn)                                \
-    /* q [B, H, T, D] (or 3-D), k, v, [mask] (bool: attend, or additive float) */                           \
-    X(ATTENTION, "attention", 3, 4, 1, attention, tb_infer_attention, tb_lower_attention)                    \
+    /* q [B, H, T, D] (or 3-D), k, v, [mask] (bool: attend, or additive float) -> out, log-sum-exp of     \
+     * each row's scores [B, H, T] (or [B, T]; computed only when used, for the backward) */               \
+    X(ATTENTION, "attention", 3, 4, 2, attention, tb_infer_attention, tb_lower_attention)                    \
     X(CAT, "cat", 1, TB_GRAPH_MAX_INPUTS, 1, cat, tb_infer_cat, tb_lower_cat)                                \
     /* made by the fusion pass: an elementwise program over broadcast inputs */                             \
     X(FUSED_ELEMENTWISE, "fused_elementwise", 1, TB_GRAPH_MAX_INPUTS, 1, fused, tb_infer_fused, tb_lower_elementwise) \
@@ -163,6 +164,9 @@ typedef union tb_graph_params {
     X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 6, 3, layer_norm_backward, tb_infer_layer_norm_backward, tb_lower_nn) \
     /* grad, x, mean, rstd, [weight] */                                                                      \
     X(GROUP_NORM_BACKWARD, "group_norm_backward", 4, 5, 3, group_norm_backward, tb_infer_group_norm_backward, tb_lower_nn) \
+    /* grad_out, q, k, v, out, lse, [mask] (as ATTENTION's; layout unused) -> grad q, grad k, grad v */     \
+    X(ATTENTION_BACKWARD, "attention_backward", 6, 7, 3, attention, tb_infer_attention_backward,             \
+      tb_lower_attention_backward)                                                                           \
     /* grad, forward output */                                                                               \
     X(SOFTMAX_BACKWARD, "softmax_backward", 2, 2, 1, softmax, tb_infer_softmax_backward, tb_lower_nn)        \
     /* grad [..., E], indices [...] -> [num_weights, E] */                                                  \

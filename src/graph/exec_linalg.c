@@ -1,6 +1,6 @@
 /* Lowering and execution of the compute-heavy ops: MATMUL (the packed GEMM with its bias/activation/
  * residual epilogue, batched with strides), ATTENTION (the tiled attention kernel, writing the output
- * in the layout the graph asked for) and CONV2D (the ops layer's fused convolution, with an eval
+ * in the layout the graph asked for, and the log-sum-exp when used), ATTENTION_BACKWARD and CONV2D (the ops layer's fused convolution, with an eval
  * batch_norm folded into its epilogue). */
 #include <math.h>
 #include <string.h>
@@ -160,10 +160,45 @@ static void attention_strides(const tb_value_info *x, int64_t *out) {
     }
 }
 
+/* The mask input as kernel strides over [B, Hq, Tq, Tk] (0 where it broadcasts). */
+static void attention_mask(const tb_exec_context *context, int loc, int nd, const float **float_mask,
+                           int64_t *float_strides, const uint8_t **bool_mask, int64_t *bool_strides) {
+    const tb_value_info *m = tb_exec_info(context, loc);
+    int64_t strides[4] = {0, 0, 0, 0};
+    for (int d = 0; d < m->ndim; d++) {
+        int target = d + (4 - m->ndim);
+        strides[target] = m->shape[d] == 1 ? 0 : m->strides[d];
+    }
+    if (nd == 3 && m->ndim >= 3) {
+        /* a 3-D problem's batch is dim 0 of the scores; the mask's dim 1 (heads) must be 1 */
+        strides[0] = m->ndim == 4 ? strides[0] : (m->shape[0] == 1 ? 0 : m->strides[0]);
+        if (m->ndim == 3)
+            strides[1] = 0;
+    }
+    if (m->dtype == TB_BOOL) {
+        *bool_mask = tb_exec_ptr(context, loc);
+        memcpy(bool_strides, strides, sizeof strides);
+    } else {
+        *float_mask = tb_exec_ptr(context, loc);
+        memcpy(float_strides, strides, sizeof strides);
+    }
+}
+
+/* [B, H, T] (or [B, T] -> [B, 1, T]) log-sum-exp strides */
+static void lse_strides(const tb_value_info *x, int64_t *out) {
+    if (x->ndim == 3) {
+        memcpy(out, x->strides, 3 * sizeof(int64_t));
+    } else {
+        out[0] = x->strides[0];
+        out[1] = 0;
+        out[2] = x->strides[1];
+    }
+}
+
 static tb_status exec_attention(const tb_exec_context *context, const tb_step *step) {
     const tb_params_attention *p = &step->params.attention;
     const tb_value_info *q = tb_exec_info(context, step->inputs[0]), *k = tb_exec_info(context, step->inputs[1]),
-                        *v = tb_exec_info(context, step->inputs[2]), *o = tb_exec_info(context, step->outputs[0]);
+                        *v = tb_exec_info(context, step->inputs[2]);
     tb_attention_desc desc;
     memset(&desc, 0, sizeof desc);
     int nd = q->ndim;
@@ -181,33 +216,21 @@ static tb_status exec_attention(const tb_exec_context *context, const tb_step *s
     attention_strides(q, desc.q_strides);
     attention_strides(k, desc.k_strides);
     attention_strides(v, desc.v_strides);
-    attention_strides(o, desc.out_strides);
+    if (desc.out)
+        attention_strides(tb_exec_info(context, step->outputs[0]), desc.out_strides);
     desc.causal = p->causal != 0;
     desc.scale = (float)p->scale;
     if (!(desc.scale > 0.0f) && !(desc.scale < 0.0f))
         desc.scale = 1.0f / sqrtf((float)desc.head_dim);
-    if (p->has_mask) {
-        const tb_value_info *m = tb_exec_info(context, step->inputs[3]);
-        int64_t strides[4] = {0, 0, 0, 0};
-        for (int d = 0; d < m->ndim; d++) {
-            int target = d + (4 - m->ndim);
-            strides[target] = m->shape[d] == 1 ? 0 : m->strides[d];
-        }
-        if (nd == 3 && m->ndim >= 3) {
-            /* a 3-D problem's batch is dim 0 of the scores; the mask's dim 1 (heads) must be 1 */
-            strides[0] = m->ndim == 4 ? strides[0] : (m->shape[0] == 1 ? 0 : m->strides[0]);
-            if (m->ndim == 3)
-                strides[1] = 0;
-        }
-        if (m->dtype == TB_BOOL) {
-            desc.bool_mask = tb_exec_ptr(context, step->inputs[3]);
-            memcpy(desc.bool_mask_strides, strides, sizeof strides);
-        } else {
-            desc.float_mask = tb_exec_ptr(context, step->inputs[3]);
-            memcpy(desc.float_mask_strides, strides, sizeof strides);
-        }
-    }
-    if (desc.batch == 0 || desc.q_len == 0 || desc.value_dim == 0)
+    if (p->has_mask)
+        attention_mask(context, step->inputs[3], nd, &desc.float_mask, desc.float_mask_strides, &desc.bool_mask,
+                       desc.bool_mask_strides);
+    desc.lse = tb_exec_ptr(context, step->outputs[1]);
+    if (desc.lse)
+        lse_strides(tb_exec_info(context, step->outputs[1]), desc.lse_strides);
+    if (!desc.out)
+        desc.value_dim = 0; /* only the log-sum-exp is used */
+    if (desc.batch == 0 || desc.q_len == 0 || (desc.value_dim == 0 && !desc.lse))
         return TB_OK;
     return tb_attention_f32(&desc);
 }
@@ -226,18 +249,107 @@ tb_status tb_lower_attention(tb_planner *planner, int node) {
             TB_TRY(tb_planner_stage_loc(planner, loc, true, true, &loc));
         step.inputs[i] = loc;
     }
-    step.noutputs = 1;
+    step.noutputs = 2;
     TB_TRY(tb_planner_node_outputs(planner, node, step.outputs));
-    if (step.outputs[0] < 0)
+    if (step.outputs[0] < 0 && step.outputs[1] < 0)
         return TB_OK;
     /* the graph may ask for a physical layout of the output (e.g. [B, T, H, D] memory order) */
     const tb_value_info *wanted = &tb_planner_graph(planner)->values[n->first_output].info;
-    if (!tb_info_is_contiguous(wanted)) {
+    if (step.outputs[0] >= 0 && !tb_info_is_contiguous(wanted)) {
         int view;
         TB_TRY(tb_planner_view_loc(planner, step.outputs[0], wanted, 0, &view));
         tb_planner_bind(planner, n->first_output, view);
         step.outputs[0] = view;
     }
+    return tb_planner_add_step(planner, &step, NULL);
+}
+
+/* ---- ATTENTION_BACKWARD ---- */
+
+static tb_status exec_attention_backward(const tb_exec_context *context, const tb_step *step) {
+    const tb_params_attention *p = &step->params.attention;
+    const tb_value_info *q = tb_exec_info(context, step->inputs[1]), *k = tb_exec_info(context, step->inputs[2]),
+                        *v = tb_exec_info(context, step->inputs[3]);
+    tb_attention_backward_desc desc;
+    memset(&desc, 0, sizeof desc);
+    int nd = q->ndim;
+    desc.batch = q->shape[0];
+    desc.q_heads = nd == 4 ? q->shape[1] : 1;
+    desc.kv_heads = nd == 4 ? k->shape[1] : 1;
+    desc.q_len = q->shape[nd - 2];
+    desc.kv_len = k->shape[nd - 2];
+    desc.head_dim = q->shape[nd - 1];
+    desc.value_dim = v->shape[nd - 1];
+    desc.grad_out = tb_exec_ptr(context, step->inputs[0]);
+    desc.q = tb_exec_ptr(context, step->inputs[1]);
+    desc.k = tb_exec_ptr(context, step->inputs[2]);
+    desc.v = tb_exec_ptr(context, step->inputs[3]);
+    desc.out = tb_exec_ptr(context, step->inputs[4]);
+    desc.lse = tb_exec_ptr(context, step->inputs[5]);
+    attention_strides(tb_exec_info(context, step->inputs[0]), desc.grad_out_strides);
+    attention_strides(q, desc.q_strides);
+    attention_strides(k, desc.k_strides);
+    attention_strides(v, desc.v_strides);
+    attention_strides(tb_exec_info(context, step->inputs[4]), desc.out_strides);
+    lse_strides(tb_exec_info(context, step->inputs[5]), desc.lse_strides);
+    if (p->has_mask)
+        attention_mask(context, step->inputs[6], nd, &desc.float_mask, desc.float_mask_strides, &desc.bool_mask,
+                       desc.bool_mask_strides);
+    desc.causal = p->causal != 0;
+    desc.scale = (float)p->scale;
+    if (!(desc.scale > 0.0f) && !(desc.scale < 0.0f))
+        desc.scale = 1.0f / sqrtf((float)desc.head_dim);
+    /* the kernel writes all three gradients; unused ones go to the step's scratch, one after another */
+    float *grads[3], *spare = tb_exec_ptr(context, step->scratch);
+    int64_t *grad_strides[3] = {desc.grad_q_strides, desc.grad_k_strides, desc.grad_v_strides};
+    const int64_t rows[3] = {desc.q_len, desc.kv_len, desc.kv_len};
+    const int64_t heads[3] = {desc.q_heads, desc.kv_heads, desc.kv_heads};
+    const int64_t cols[3] = {desc.head_dim, desc.head_dim, desc.value_dim};
+    for (int i = 0; i < 3; i++) {
+        if (step->outputs[i] >= 0) {
+            grads[i] = tb_exec_ptr(context, step->outputs[i]);
+            attention_strides(tb_exec_info(context, step->outputs[i]), grad_strides[i]);
+            continue;
+        }
+        grads[i] = spare; /* dense [B, H, T, C] */
+        grad_strides[i][3] = 1;
+        grad_strides[i][2] = cols[i];
+        grad_strides[i][1] = rows[i] * cols[i];
+        grad_strides[i][0] = heads[i] * rows[i] * cols[i];
+        spare += desc.batch * grad_strides[i][0];
+    }
+    desc.grad_q = grads[0];
+    desc.grad_k = grads[1];
+    desc.grad_v = grads[2];
+    return tb_attention_backward_f32(&desc);
+}
+
+tb_status tb_lower_attention_backward(tb_planner *planner, int node) {
+    const tb_graph *graph = tb_planner_graph(planner);
+    const tb_node *n = &graph->nodes[node];
+    tb_step step;
+    tb_step_init(&step, planner, node, "attention_backward", exec_attention_backward);
+    step.ninputs = n->ninputs;
+    for (int i = 0; i < n->ninputs; i++) {
+        int loc = tb_planner_value_loc(planner, n->inputs[i]);
+        const tb_value_info *info = tb_planner_loc_info(planner, loc);
+        /* grad_out, q, k, v, out need a unit stride along their last dim */
+        bool strided = info->ndim > 0 && info->shape[info->ndim - 1] > 1 && info->strides[info->ndim - 1] != 1;
+        if (i < 5 && strided)
+            TB_TRY(tb_planner_stage_loc(planner, loc, true, true, &loc));
+        step.inputs[i] = loc;
+    }
+    step.noutputs = 3;
+    TB_TRY(tb_planner_node_outputs(planner, node, step.outputs));
+    if (step.outputs[0] < 0 && step.outputs[1] < 0 && step.outputs[2] < 0)
+        return TB_OK;
+    /* step scratch for the gradients nobody uses (the kernel computes all three) */
+    int64_t spare = 0;
+    for (int i = 0; i < 3; i++)
+        if (step.outputs[i] < 0)
+            spare += tb_info_numel(&graph->values[n->first_output + i].info);
+    if (spare > 0)
+        TB_TRY(tb_planner_scratch(planner, spare, &step.scratch));
     return tb_planner_add_step(planner, &step, NULL);
 }
 

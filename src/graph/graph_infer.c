@@ -607,6 +607,8 @@ tb_status tb_infer_attention(const tb_graph_params *p, int n, infos in, tb_value
         if (out->strides[nd - 1] != 1)
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "layout must keep the last dim innermost");
     }
+    int64_t lse_shape[3] = {q->shape[0], q->shape[1], nd == 4 ? q->shape[2] : 0};
+    tb_info_contiguous(&out[1], TB_F32, nd - 1, lse_shape);
     if (a->has_mask) {
         const tb_value_info *m = in[3];
         if (m->dtype != TB_BOOL && m->dtype != TB_F32)
@@ -619,6 +621,33 @@ tb_status tb_infer_attention(const tb_graph_params *p, int n, infos in, tb_value
         if (bn != 4 || memcmp(b, scores, sizeof scores) != 0)
             return tb_error_set(TB_ERR_SHAPE, "mask does not broadcast to the attention scores");
     }
+    return TB_OK;
+}
+
+static bool same_shape(const tb_value_info *a, const tb_value_info *b) {
+    return a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+tb_status tb_infer_attention_backward(const tb_graph_params *p, int n, infos in, tb_value_info *out) {
+    /* grad_out, q, k, v, out, lse, [mask]: the forward's own checks on q, k, v, mask */
+    const tb_value_info *forward_in[4] = {in[1], in[2], in[3], n > 6 ? in[6] : NULL};
+    tb_value_info forward_out[2];
+    tb_params_attention plain = p->attention;
+    memset(plain.layout, 0, sizeof plain.layout);
+    tb_graph_params forward_params;
+    memset(&forward_params, 0, sizeof forward_params);
+    forward_params.attention = plain;
+    TB_TRY(tb_infer_attention(&forward_params, n - 3, forward_in, forward_out));
+    const tb_value_info *grad = in[0], *o = in[4], *lse = in[5];
+    TB_TRY(expect_f32(grad, "grad_out"));
+    TB_TRY(expect_f32(o, "out"));
+    TB_TRY(expect_f32(lse, "logsumexp"));
+    if (!same_shape(grad, &forward_out[0]) || !same_shape(o, &forward_out[0]))
+        return tb_error_set(TB_ERR_SHAPE, "grad_out and out must have the attention output's shape");
+    if (!same_shape(lse, &forward_out[1]))
+        return tb_error_set(TB_ERR_SHAPE, "logsumexp must be [B, H, T] of the query");
+    for (int i = 0; i < 3; i++)
+        like(&out[i], in[1 + i], TB_F32);
     return TB_OK;
 }
 

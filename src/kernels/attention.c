@@ -11,7 +11,8 @@
  * place instead, and memory is O(block) per thread.
  *
  * Fully masked rows (every key masked out, or kv_len == 0) give 0, as torch 2.13's
- * scaled_dot_product_attention does on CPU (both its math and flash backends). */
+ * scaled_dot_product_attention does on CPU (both its math and flash backends). When asked, each row's
+ * log-sum-exp (running max + log running sum) is written for the backward. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -34,9 +35,9 @@ static tb_status validate(const tb_attention_desc *d) {
     if (d->q_heads > 0 && (d->kv_heads == 0 || d->q_heads % d->kv_heads != 0))
         return tb_error_set(TB_ERR_SHAPE, "attention: q_heads %lld is not a multiple of kv_heads %lld",
                             (long long)d->q_heads, (long long)d->kv_heads);
-    if (d->batch == 0 || d->q_heads == 0 || d->q_len == 0 || d->value_dim == 0)
+    if (d->batch == 0 || d->q_heads == 0 || d->q_len == 0 || (d->value_dim == 0 && !d->lse))
         return TB_OK; /* nothing to write */
-    if (!d->out || d->out_strides[3] != 1)
+    if (d->value_dim > 0 && (!d->out || d->out_strides[3] != 1))
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "attention: out is %s",
                             !d->out ? "NULL" : "not unit-stride in its last dim");
     if (d->head_dim > 0 && (!d->q || d->q_strides[3] != 1))
@@ -194,7 +195,9 @@ static void query_rows(const attention_job *job, float *base, const scratch_layo
             row_max[r] = new_max;
         }
         /* acc += P V */
-        if (l->direct) {
+        if (Dv == 0) {
+            continue;
+        } else if (l->direct) {
             uk->small_m(rows, Dv, kb, s, KEY_BLOCK, 1, v + j0 * d->v_strides[2], d->v_strides[2], false, acc, ld_acc,
                         1.0f, 1.0f);
         } else {
@@ -206,6 +209,15 @@ static void query_rows(const attention_job *job, float *base, const scratch_layo
             }
         }
     }
+    if (d->lse) {
+        /* log-sum-exp = running max + log(running sum); 0 for a fully masked row, as torch writes */
+        int64_t lse_row_stride = set->dh * d->lse_strides[1] + set->di * d->lse_strides[2];
+        float *lse = d->lse + set->b * d->lse_strides[0] + set->h0 * d->lse_strides[1] + set->i0 * d->lse_strides[2];
+        for (int r = 0; r < rows; r++)
+            lse[r * lse_row_stride] = row_sum[r] == 0.0f ? 0.0f : row_max[r] + logf(row_sum[r]);
+    }
+    if (Dv == 0)
+        return; /* only the log-sum-exp was wanted */
     int64_t out_row_stride = set->dh * d->out_strides[1] + set->di * d->out_strides[2];
     float *out = d->out + set->b * d->out_strides[0] + set->h0 * d->out_strides[1] + set->i0 * d->out_strides[2];
     for (int r = 0; r < rows; r++) {
@@ -316,7 +328,7 @@ tb_status tb_attention_f32_isa(const tb_attention_desc *desc, tb_isa isa) {
         return tb_error_set(TB_ERR_UNSUPPORTED, "attention: ISA %s is not supported by this CPU",
                             (unsigned)isa < (unsigned)TB_ISA_COUNT ? tb_isa_name(isa) : "(invalid)");
     const tb_attention_desc *d = desc;
-    if (d->batch == 0 || d->q_heads == 0 || d->q_len == 0 || d->value_dim == 0)
+    if (d->batch == 0 || d->q_heads == 0 || d->q_len == 0 || (d->value_dim == 0 && !d->lse))
         return TB_OK;
 
     attention_job job;

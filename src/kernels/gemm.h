@@ -1,4 +1,4 @@
-/* Contract of the f32 GEMM driver and of scaled-dot-product attention.
+/* Contract of the f32 GEMM driver and of scaled-dot-product attention (forward and backward).
  *
  * C[m, n] = epilogue(alpha * sum_k A[m, k] * B[k, n] + beta * C[m, n]), where the epilogue is, in
  * order: + bias, activation, + residual. Operands use general (row, col) strides in elements so
@@ -73,9 +73,43 @@ typedef struct tb_attention_desc {
     const uint8_t *bool_mask; int64_t bool_mask_strides[4]; /* 1 = attend; or NULL */
     bool causal;
     float scale; /* usually 1/sqrt(D) */
+    /* optional log-sum-exp of each row's scores, the second output of torch's CPU flash kernel:
+     * lse[b, h, i] = log(sum_j exp(scale * q_i . k_j + mask_ij)) (natural log). A row whose every
+     * key is masked (or kv_len == 0) gets 0, as torch gives (its backward then sees P = exp(-inf) = 0). */
+    float *lse; int64_t lse_strides[3];    /* [B, Hq, Tq]; NULL: not wanted */
 } tb_attention_desc;
 
 TB_API TB_NODISCARD tb_status tb_attention_f32(const tb_attention_desc *desc);
 TB_API TB_NODISCARD tb_status tb_attention_f32_isa(const tb_attention_desc *desc, tb_isa isa);
+
+/* Gradients of scaled dot-product attention (the forward above) given the forward's out and lse:
+ *   P = exp(scale * Q K^T + mask - lse)            (the softmax, rebuilt a query block at a time)
+ *   grad_v[b,h'] = sum over the group's heads of P^T dO
+ *   dS = P * (dO V^T - rowsum(dO * O))
+ *   grad_q = scale * dS K,  grad_k[b,h'] = sum over the group's heads of scale * dS^T Q
+ * Layouts, masks (broadcast through 0 strides), causal (top-left aligned) and GQA as in
+ * tb_attention_desc; every last-dim stride must be 1. Rows whose lse is -inf or whose every key is
+ * masked give zero gradients (torch's own backward gives NaN for lse = -inf, but its forward never
+ * produces it: it writes 0 for those rows). Work is split over (batch, kv head), so each task owns
+ * its grad_k/grad_v slices; scratch is 2 x (query block x Tk) floats per task from tb_alloc.
+ * Errors: TB_ERR_INVALID_ARGUMENT / TB_ERR_SHAPE for a bad descriptor, TB_ERR_OUT_OF_MEMORY. */
+typedef struct tb_attention_backward_desc {
+    int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+    const float *grad_out; int64_t grad_out_strides[4]; /* [B, Hq, Tq, Dv] */
+    const float *q; int64_t q_strides[4];               /* [B, Hq, Tq, D] */
+    const float *k; int64_t k_strides[4];               /* [B, Hkv, Tk, D] */
+    const float *v; int64_t v_strides[4];               /* [B, Hkv, Tk, Dv] */
+    const float *out; int64_t out_strides[4];           /* [B, Hq, Tq, Dv], the forward's output */
+    const float *lse; int64_t lse_strides[3];           /* [B, Hq, Tq], the forward's log-sum-exp */
+    const float *float_mask; int64_t float_mask_strides[4]; /* as in tb_attention_desc; or NULL */
+    const uint8_t *bool_mask; int64_t bool_mask_strides[4];
+    bool causal;
+    float scale;
+    float *grad_q; int64_t grad_q_strides[4];           /* [B, Hq, Tq, D] */
+    float *grad_k; int64_t grad_k_strides[4];           /* [B, Hkv, Tk, D] */
+    float *grad_v; int64_t grad_v_strides[4];           /* [B, Hkv, Tk, Dv] */
+} tb_attention_backward_desc;
+
+TB_API TB_NODISCARD tb_status tb_attention_backward_f32(const tb_attention_backward_desc *desc);
 
 #endif

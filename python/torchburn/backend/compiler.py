@@ -166,7 +166,47 @@ class Region:
 
         plan.fallback = eager_tensors_only
         self.description = description
-        return plan
+        out_node = next(n for n in self.gm.graph.nodes if n.op == "output")
+        layouts = [_layout_strides(metas.get(o)) for o in out_node.args[0]]
+        if all(strides is None for strides in layouts):
+            return plan
+
+        def restrided(*tensors: Any) -> tuple:  # the layouts the metadata promises (see _layout_strides)
+            results = plan(*tensors)
+            return tuple(r if strides is None else _restride(r, strides) for r, strides in zip(results, layouts))
+
+        return restrided
+
+
+def _layout_strides(value: Any) -> Optional[tuple]:
+    """The strides of a non-contiguous tensor whose elements do not overlap (a permuted layout such as
+    attention's [B, H, T, D] output in [B, T, H, D] memory order, or a slice of a wider tensor such as
+    q of a fused qkv projection), else None. A plan returns such a value contiguous; this is the layout
+    the FX metadata promises to the code after the region (views, and plans of later graphs such as
+    the backward, whose input layouts come from the same metadata)."""
+    if not isinstance(value, torch.Tensor) or value.numel() == 0:
+        return None
+    shape, strides = lowering.static_shape(value), lowering.static_strides(value)
+    if shape is None or strides is None:
+        return None
+    contiguous = lowering._contiguous_strides(shape)
+    if all(size == 1 or a == b for size, a, b in zip(shape, strides, contiguous)):
+        return None
+    extent = 1  # every dim must step past everything the inner dims span
+    for d in sorted((d for d in range(len(shape)) if shape[d] != 1), key=lambda d: strides[d]):
+        if strides[d] < extent:
+            return None  # overlapping or broadcast: left as the plan makes it
+        extent = strides[d] * shape[d]
+    return strides
+
+
+def _restride(tensor: torch.Tensor, strides: tuple) -> torch.Tensor:
+    """`tensor` with the given memory layout (plans write their outputs contiguous; PyTorch code after
+    the region may rely on the layout the FX metadata promises, e.g. a view of a transposed result)."""
+    if tensor.stride() == strides:
+        return tensor
+    result = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device)
+    return result.copy_(tensor)
 
 
 def _concrete_metas(gm: torch.fx.GraphModule, args: tuple) -> dict:
@@ -289,6 +329,10 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
             for i, out in enumerate(outputs):
                 item = gm.graph.call_function(operator.getitem, (call, i))
                 item.meta = dict(out.meta)
+                strides = _layout_strides(lowering.meta(out))
+                if strides is not None:
+                    item = gm.graph.call_function(_restride, (item, strides))
+                    item.meta = dict(out.meta)
                 out.replace_all_uses_with(item, delete_user_cb=lambda user: user not in part)
         for node in reversed([n for n in gm.graph.nodes if n in part]):
             gm.graph.erase_node(node)

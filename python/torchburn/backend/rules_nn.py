@@ -232,7 +232,7 @@ def _layout_of(value: torch.Tensor) -> Optional[list]:
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu.default, aten.scaled_dot_product_attention.default,
-      check=_attention_check, outputs=(0,), dtypes=F32 + (torch.bool,))
+      check=_attention_check, outputs=(0, 1), dtypes=F32 + (torch.bool,))
 def _attention(b: Builder, n: torch.fx.Node) -> Any:
     q, k, v = n.args[:3]
     causal = n.args[4] if len(n.args) > 4 else n.kwargs.get("is_causal", False)
@@ -254,7 +254,30 @@ def _attention(b: Builder, n: torch.fx.Node) -> Any:
     out = b.add("attention", inputs, params)
     if n.target == aten.scaled_dot_product_attention.default:
         return out
-    return (out, None)
+    return (out, out + 1)  # output, logsumexp [B, H, T] (torch's CPU flash kernel's second output)
+
+
+def _attention_backward_check(n: torch.fx.Node) -> bool:
+    dropout = n.args[6]
+    mask = n.kwargs.get("attn_mask")
+    if mask is not None and meta(mask).dtype not in (torch.bool, torch.float32):
+        return False
+    return float(dropout) == 0.0 and len(meta(n.args[1]).shape) in (3, 4)
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, check=_attention_backward_check,
+      dtypes=F32 + (torch.bool,))
+def _attention_backward(b: Builder, n: torch.fx.Node) -> tuple:
+    # (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None)
+    grad, q, k, v, out, lse, _dropout, causal = n.args[:8]
+    mask = n.kwargs.get("attn_mask")
+    scale = n.kwargs.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(b.shape(q)[-1])
+    inputs = [b.value(a) for a in (grad, q, k, v, out, lse)] + ([b.value(mask)] if mask is not None else [])
+    first = b.add("attention_backward", inputs,
+                  {"causal": int(bool(causal)), "has_mask": int(mask is not None), "scale": scale,
+                   "enable_gqa": int(b.shape(q)[1] != b.shape(k)[1]) if len(b.shape(q)) == 4 else 0})
+    return (first, first + 1, first + 2)
 
 
 @rule(aten.embedding.default, check=lambda n: not (len(n.args) > 4 and n.args[4]), dtypes=FLOATS, index=True)
