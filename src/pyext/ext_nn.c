@@ -181,7 +181,8 @@ static PyObject *py_conv2d_backward(PyObject *m, PyObject *const *args, Py_ssize
     /* conv2d_backward(grad_output, x, weight, stride, padding, dilation, groups, output_mask) */
     if (check_nargs(nargs, 8, "conv2d_backward") != 0)
         return NULL;
-    tb_conv2d_params params = {{0}};
+    tb_conv2d_params params;
+    memset(&params, 0, sizeof params);
     bool mask[3];
     if (parse_pair(args[3], "stride", params.stride) || parse_pair(args[4], "padding", params.padding) ||
         parse_pair(args[5], "dilation", params.dilation) || parse_int(args[6], &params.groups) || parse_mask(args[7], mask))
