@@ -448,6 +448,32 @@ def test_training_step_matches_eager(kind):
             torch.testing.assert_close(b_c, b_e, msg=name)
 
 
+def test_select_and_slice_backward_run_natively():
+    # the gradients of x[i] and x[a:b] (select_backward / slice_backward: zeros with the gradient
+    # placed inside) are lowered, so the backward of a model that splits a fused tensor stays native
+    def split_model(x, w):
+        h = x @ w
+        pairs = h.unflatten(-1, (2, 8))
+        q, k = pairs[:, 0], pairs.select(1, -1)  # selects along a middle dim
+        return (q * k.tanh() + h[:, 3:11] - h[:, -5:-1].sum(-1, keepdim=True) + h[1:, :8].mean() + h[2, 4]).sum(-1)
+
+    x = torch.randn(6, 12, requires_grad=True)
+    w = torch.randn(12, 16, requires_grad=True)
+    x_ref, w_ref = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    report = torchburn.explain(split_model, x, w)
+    assert not any("select_backward" in op or "slice_backward" in op for op in report.fallback_ops), report
+    assert any("select_backward" in op for op in report.native_ops), report
+    assert any("slice_backward" in op for op in report.native_ops), report
+    torch._dynamo.reset()
+    out = compiled(split_model)(x, w)
+    out.sum().backward()
+    expected = split_model(x_ref, w_ref)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
 # ---- cache ---------------------------------------------------------------------------------------
 
 

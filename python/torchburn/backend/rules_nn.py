@@ -315,6 +315,55 @@ def _stack(b: Builder, n: torch.fx.Node) -> int:
     return b.add("cat", [b.view(b.value(t), item_shape) for t in n.args[0]], {"dim": dim})
 
 
+def _scatter_back(b: Builder, n: torch.fx.Node, grad: Any, dim: int, start: int, length: int) -> int:
+    """The gradient of a select/slice: `grad` placed at [start, start + length) of dim in zeros of the
+    input's shape, as a cat of zero blocks around it (no scatter op needed)."""
+    shape = list(b.shape(n))
+    dim %= len(shape)
+    parts = []
+    if start > 0:
+        parts.append(b.full(0.0, b.dtype(n), shape[:dim] + [start] + shape[dim + 1:]))
+    parts.append(grad)
+    rest = shape[dim] - start - length
+    if rest > 0:
+        parts.append(b.full(0.0, b.dtype(n), shape[:dim] + [rest] + shape[dim + 1:]))
+    return parts[0] if len(parts) == 1 else b.add("cat", parts, {"dim": dim})
+
+
+def _select_backward_check(n: torch.fx.Node) -> bool:
+    return len(meta(n).shape) > 0 and meta(n).numel() > 0
+
+
+@rule(aten.select_backward.default, check=_select_backward_check, dtypes=FLOATS)
+def _select_backward(b: Builder, n: torch.fx.Node) -> int:
+    grad, _, dim, index = n.args
+    shape = list(b.shape(n))
+    dim = int(dim) % len(shape)
+    index = int(index) % shape[dim]
+    item = shape[:dim] + [1] + shape[dim + 1:]
+    return _scatter_back(b, n, b.view(b.value(grad), item), dim, index, 1)
+
+
+def _slice_bounds(n: torch.fx.Node) -> Optional[tuple]:
+    """(dim, start, length) of a step-1 slice_backward, clamped like Python slicing, else None."""
+    _, sizes, dim, start, end, step = n.args
+    if int(step) != 1 or len(meta(n).shape) == 0:
+        return None
+    dim = int(dim) % len(sizes)
+    size = int(sizes[dim])
+    first, last, _ = slice(int(start), int(end)).indices(size)
+    return dim, first, max(last - first, 0)
+
+
+@rule(aten.slice_backward.default, check=lambda n: _slice_bounds(n) is not None and meta(n).numel() > 0,
+      dtypes=FLOATS)
+def _slice_backward(b: Builder, n: torch.fx.Node) -> int:
+    dim, start, length = _slice_bounds(n)
+    if length == 0:
+        return b.full(0.0, b.dtype(n), b.shape(n))
+    return _scatter_back(b, n, b.value(n.args[0]), dim, start, length)
+
+
 # ---- pooling -------------------------------------------------------------------------------------
 
 
