@@ -288,6 +288,68 @@ def test_random_elementwise_chains(seed):
     assert all(g.regions and not g.failed_regions and not g.fallback_ops for g in recorder.graphs)
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_random_conv_blocks(seed):
+    """Random convolution blocks (kernel, stride, padding, dilation, groups, widths around the direct
+    kernel's vector widths; eval batch norm, activation and residual fused into the convolution;
+    pooling) equal eager at every ISA this CPU supports (plans dispatch kernels at run time)."""
+    rng = torch.Generator().manual_seed(100 + seed)
+
+    def pick(*options):
+        return options[int(torch.randint(0, len(options), (1,), generator=rng))]
+
+    cin, cout = pick(1, 3, 8), pick(4, 13, 16, 29)
+    groups = pick(1, 1, 2) if cin % 2 == 0 and cout % 2 == 0 else 1
+    kernel = (pick(1, 3, 5), pick(1, 3, 5))
+    stride, dilation = (pick(1, 1, 2), pick(1, 1, 2)), (pick(1, 2), pick(1, 1, 2))
+    padding = (pick(0, 1, 2), pick(0, 1, 2))
+    height, width = pick(7, 12), pick(9, 16, 17, 33, 40)
+    out_size = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+                for size, p, d, k, s in zip((height, width), padding, dilation, kernel, stride)]
+    if min(out_size) < 1:  # the drawn window does not fit: same-size padding without dilation does
+        dilation, padding = (1, 1), (kernel[0] // 2, kernel[1] // 2)
+    conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups, bias=pick(True, False))
+    bn = torch.nn.BatchNorm2d(cout)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1, generator=rng)
+        bn.running_var.uniform_(0.5, 2, generator=rng)
+    activation = pick(torch.nn.ReLU(), torch.nn.SiLU(), torch.nn.GELU(), torch.nn.Identity())
+    residual, pool = pick(True, False), pick(None, "max", "avg")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn, self.activation = conv, bn, activation
+
+        def forward(self, x, skip):
+            y = self.activation(self.bn(self.conv(x)))
+            if residual:
+                y = y + skip
+            if pool == "max":
+                y = torch.nn.functional.max_pool2d(y, 2, ceil_mode=True)
+            elif pool == "avg":
+                y = torch.nn.functional.avg_pool2d(y, 2, ceil_mode=True)
+            return y
+
+    block = Block().eval()
+    x = torch.randn(2, cin, height, width, generator=rng)
+    with torch.no_grad():
+        skip = torch.randn(block.conv(x).shape, generator=rng)
+    fn = compiled(block)
+    info = torchburn.cpu_info()
+    try:
+        for isa in info["supported_isas"]:
+            _C.set_isa(isa)
+            with Recorder() as recorder, torch.no_grad():
+                got = fn(x, skip)
+                expected = block(x, skip)
+            # batch norm folds into the weights, so products round differently from conv-then-normalize
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=lambda m: f"{isa}: {m}")
+            assert all(not g.failed_regions and not g.fallback_ops for g in recorder.graphs)
+    finally:
+        _C.set_isa(info["best_isa"])
+
+
 # ---- fallback ------------------------------------------------------------------------------------
 
 
