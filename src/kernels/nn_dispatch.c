@@ -18,6 +18,7 @@ static const tb_nn_kernels nn_kernels_avx2 = {
     .conv_direct = tb_conv_direct_avx2,
     .conv_direct_lanes = 8,
     .conv_direct_rows = 6,
+    .conv_direct_max_stride = 1,
 };
 
 static const tb_nn_kernels nn_kernels_avx512 = {
@@ -28,6 +29,7 @@ static const tb_nn_kernels nn_kernels_avx512 = {
     .conv_direct = tb_conv_direct_avx512,
     .conv_direct_lanes = 16,
     .conv_direct_rows = 14,
+    .conv_direct_max_stride = 2,
 };
 #endif
 

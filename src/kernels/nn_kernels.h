@@ -97,7 +97,8 @@ void tb_adaptive_avg_pool2d_backward_plane_f32(int64_t in_h, int64_t in_w, int64
 void tb_adaptive_max_pool2d_plane_f32(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, const float *x,
                                       float *y, int64_t *index);
 
-/* Direct (implicit-GEMM) convolution of one image and group for stride_w == 1, reading the input
+/* Direct (implicit-GEMM) convolution of one image and group for stride_w <= the ISA's
+ * conv_direct_max_stride, reading the input
  * planes in place instead of building im2col panels. Output positions are grouped into "slots":
  * runs of at most `lanes` (the ISA's vector width) columns of one output row, slot s covering row
  * s / ceil(out_w / lanes) and columns from (s % ceil(out_w / lanes)) * lanes. The kernel computes the
@@ -150,6 +151,7 @@ typedef struct tb_nn_kernels {
     tb_conv_direct_fn conv_direct; /* NULL: this ISA convolves through im2col panels */
     int conv_direct_lanes;         /* its slot width */
     int conv_direct_rows;          /* its weight panel height limit */
+    int conv_direct_max_stride;    /* the largest stride_w it handles */
 } tb_nn_kernels;
 
 void tb_im2col_panel_ref(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel);

@@ -176,9 +176,10 @@ static tb_status conv_run(conv_job *job) {
         return conv_pointwise(job);
     atomic_init(&job->failure.status, TB_OK);
     const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
-    /* The direct path needs stride-1 rows and pays per output row: rows narrower than most of a
-     * vector go through im2col panels, which pack several rows into one tile. */
-    bool direct = kernels->conv_direct && g->stride_w == 1 && s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS &&
+    /* The direct path needs rows of a stride it handles and pays per output row: rows narrower
+     * than most of a vector go through im2col panels, which pack several rows into one tile. */
+    bool direct = kernels->conv_direct && g->stride_w <= kernels->conv_direct_max_stride &&
+                  s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS &&
                   s->out_w >= kernels->conv_direct_lanes * 3 / 4 && !(s->groups > 1 && s->in_per_group == 1);
     if (direct) {
         int64_t lanes = kernels->conv_direct_lanes;

@@ -1,5 +1,5 @@
 /* Tests of the direct (implicit-GEMM) convolution kernels against a naive double-precision
- * convolution: stride-1 rows with borders, dilation, row strides, windows taller than the image,
+ * convolution: rows of stride 1 and 2 with borders, dilation, row strides, windows taller than the image,
  * panel splits of 1..33 output channels, odd slot ranges (a tile with one vector), relu in registers
  * and the activation + residual epilogue, and guard bytes around every output. */
 #include <math.h>
@@ -8,25 +8,29 @@
 #include "tb_test.h"
 
 typedef struct direct_case {
-    int64_t channels, in_h, in_w, kernel_h, kernel_w, stride_h, pad_top, pad_left, dilation_h, dilation_w;
+    int64_t channels, in_h, in_w, kernel_h, kernel_w, stride_h, pad_top, pad_left, dilation_h, dilation_w, stride_w;
 } direct_case;
 
 static const direct_case cases[] = {
-    {3, 9, 16, 3, 3, 1, 1, 1, 1, 1},  {2, 12, 33, 3, 3, 1, 1, 1, 1, 1}, {1, 5, 40, 3, 3, 2, 1, 1, 1, 1},
-    {2, 10, 17, 5, 5, 1, 2, 2, 1, 1}, {1, 12, 29, 3, 2, 1, 2, 0, 2, 3}, {3, 6, 20, 1, 1, 1, 0, 0, 1, 1},
-    {1, 4, 70, 3, 7, 1, 1, 3, 1, 1},  {2, 3, 24, 8, 8, 1, 4, 4, 1, 1},  {1, 9, 20, 2, 9, 3, 0, 8, 1, 2},
-    {0, 4, 16, 3, 3, 1, 1, 1, 1, 1},
+    {3, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1},  {2, 12, 33, 3, 3, 1, 1, 1, 1, 1, 1}, {1, 5, 40, 3, 3, 2, 1, 1, 1, 1, 1},
+    {2, 10, 17, 5, 5, 1, 2, 2, 1, 1, 1}, {1, 12, 29, 3, 2, 1, 2, 0, 2, 3, 1}, {3, 6, 20, 1, 1, 1, 0, 0, 1, 1, 1},
+    {1, 4, 70, 3, 7, 1, 1, 3, 1, 1, 1},  {2, 3, 24, 8, 8, 1, 4, 4, 1, 1, 1},  {1, 9, 20, 2, 9, 3, 0, 8, 1, 2, 1},
+    {0, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1},
+    /* stride 2 along rows (AVX-512 only) */
+    {3, 9, 33, 3, 3, 2, 1, 1, 1, 1, 2}, {2, 12, 64, 3, 3, 2, 1, 1, 1, 1, 2}, {1, 5, 70, 7, 7, 2, 3, 3, 1, 1, 2},
+    {2, 10, 40, 5, 3, 1, 2, 0, 1, 2, 2}, {3, 6, 31, 1, 1, 2, 0, 0, 1, 1, 2}, {1, 4, 45, 2, 9, 1, 0, 8, 1, 2, 2},
 };
 enum { CASE_COUNT = sizeof cases / sizeof cases[0] };
 
 static tb_window_geometry geometry_of(const direct_case *c) {
     tb_window_geometry g = {
         .channels = c->channels, .in_h = c->in_h, .in_w = c->in_w, .kernel_h = c->kernel_h, .kernel_w = c->kernel_w,
-        .stride_h = c->stride_h, .stride_w = 1, .pad_top = c->pad_top, .pad_left = c->pad_left,
+        .stride_h = c->stride_h, .stride_w = c->stride_w > 1 ? c->stride_w : 1, .pad_top = c->pad_top,
+        .pad_left = c->pad_left,
         .dilation_h = c->dilation_h, .dilation_w = c->dilation_w,
     };
     g.out_h = (c->in_h + 2 * c->pad_top - c->dilation_h * (c->kernel_h - 1) - 1) / c->stride_h + 1;
-    g.out_w = c->in_w + 2 * c->pad_left - c->dilation_w * (c->kernel_w - 1);
+    g.out_w = (c->in_w + 2 * c->pad_left - c->dilation_w * (c->kernel_w - 1) - 1) / g.stride_w + 1;
     return g;
 }
 
@@ -37,7 +41,7 @@ static double naive(const tb_window_geometry *g, const float *x, const float *w,
         for (int64_t kh = 0; kh < g->kernel_h; kh++)
             for (int64_t kw = 0; kw < g->kernel_w; kw++) {
                 int64_t ih = oh * g->stride_h - g->pad_top + kh * g->dilation_h;
-                int64_t iw = ow - g->pad_left + kw * g->dilation_w;
+                int64_t iw = ow * g->stride_w - g->pad_left + kw * g->dilation_w;
                 if (ih >= 0 && ih < g->in_h && iw >= 0 && iw < g->in_w)
                     sum += (double)w[i * g->channels * taps + c * taps + kh * g->kernel_w + kw] *
                            x[(c * g->in_h + ih) * g->in_w + iw];
@@ -52,6 +56,8 @@ static void test_direct(tb_isa isa) {
     static const int64_t ms[] = {1, 8, 14, 15, 16, 29, 33};
     for (int ci = 0; ci < CASE_COUNT; ci++) {
         tb_window_geometry g = geometry_of(&cases[ci]);
+        if (g.stride_w > kernels->conv_direct_max_stride)
+            continue;
         int64_t k = g.channels * g.kernel_h * g.kernel_w, spatial = g.out_h * g.out_w;
         int64_t lanes = kernels->conv_direct_lanes, slots = g.out_h * ((g.out_w + lanes - 1) / lanes);
         int64_t x_count = g.channels * g.in_h * g.in_w;

@@ -53,6 +53,9 @@ CONV_CASES = [
     (1, 16, 8, 64, 64, (3, 3), 1, 1, 1, 1, True),  # 64 channels as 5 panels
     (1, 2, 6, 20, 3, (8, 8), 1, 4, 1, 1, True),    # 64 taps (the direct limit), window taller than the image
     (1, 2, 5, 20, 3, (9, 9), 1, 4, 1, 1, True),    # 81 taps: im2col panels
+    (2, 8, 16, 40, 16, (3, 3), 2, 1, 1, 1, True),  # stride 2: the direct kernel where the ISA takes it
+    (1, 3, 15, 61, 29, (7, 7), 2, 3, 1, 1, False),  # a ResNet-style stem: 7x7 stride 2
+    (1, 4, 9, 50, 6, (3, 5), (1, 2), (1, 2), (1, 2), 2, True),  # stride 2 with dilated columns, grouped
 ]
 
 

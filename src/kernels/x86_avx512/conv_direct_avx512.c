@@ -1,9 +1,10 @@
-/* AVX-512 direct convolution for stride-1 rows (contract in kernels/nn_kernels.h): an implicit GEMM
- * whose B operand is read straight from the input planes. A tile is two 16-lane output vectors (each a
- * run of one output row); for every window tap the two vectors' input runs are fixed offsets from the
- * channel's plane, so the k loop is "two masked loads, 2 x ROWS FMAs" with no im2col buffer. Window
- * borders and rows outside the image become lane masks (masked-off lanes are neither read nor
- * faulted), computed once per tile and reused across channels and weight panels. */
+/* AVX-512 direct convolution for rows of stride 1 or 2 (contract in kernels/nn_kernels.h): an
+ * implicit GEMM whose B operand is read straight from the input planes. A tile is two 16-lane output
+ * vectors (each a run of one output row); for every window tap the two vectors' input runs are fixed
+ * offsets from the channel's plane, so the k loop is "two masked loads (stride 2: four, and a
+ * permute keeping the even columns), 2 x ROWS FMAs" with no im2col buffer. Window borders and rows
+ * outside the image become lane masks (masked-off lanes are neither read nor faulted), computed once
+ * per tile and reused across channels and weight panels. */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -28,11 +29,19 @@ static inline const float *at(const float *plane, int64_t index) {
     return (const float *)((uintptr_t)plane + (uintptr_t)(index * (int64_t)sizeof(float)));
 }
 
-/* One tile's per-tap tables: input offset (within a channel plane) and lane mask of each vector. */
+/* One tile's per-tap tables: input offset (within a channel plane) and lane masks of each vector
+ * (stride 2 reads 32 input columns per vector: `mask` covers the first 16, `mask_high` the next). */
 typedef struct tile_taps {
     int64_t offset[2][TB_CONV_DIRECT_MAX_TAPS];
     __mmask16 mask[2][TB_CONV_DIRECT_MAX_TAPS];
+    __mmask16 mask_high[2][TB_CONV_DIRECT_MAX_TAPS];
 } tile_taps;
+
+/* Lane l of a stride-2 vector is input column 2l of its run: the even lanes of two loads. */
+static inline __m512 load_stride2(__mmask16 low, __mmask16 high, const float *x) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, x), even, _mm512_maskz_loadu_ps(high, at(x, 16)));
+}
 
 /* Where one panel's rows of a tile go: row 0 of each vector's output, the lanes stored. */
 typedef struct tile_out {
@@ -45,7 +54,8 @@ typedef struct tile_out {
 /* Accumulates ROWS output channels over the two vectors of a tile, starting from the row biases; relu
  * (the usual activation after a convolution) is applied in registers, anything else afterwards by the
  * GEMM epilogue (inlining every activation here would spill the accumulators). */
-static inline __attribute__((always_inline)) void tile_rows(const int ROWS, const tb_window_geometry *g,
+static inline __attribute__((always_inline)) void tile_rows(const int ROWS, const bool STRIDE2,
+                                                            const tb_window_geometry *g,
                                                             const tile_taps *t, int taps, const float *x,
                                                             const float *a, const float *bias,
                                                             const tile_out *out) {
@@ -58,8 +68,14 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, cons
     const int64_t plane = g->in_h * g->in_w;
     for (int64_t c = 0; c < g->channels; c++, x += plane) {
         for (int tap = 0; tap < taps; tap++) {
-            __m512 b0 = _mm512_maskz_loadu_ps(t->mask[0][tap], at(x, t->offset[0][tap]));
-            __m512 b1 = _mm512_maskz_loadu_ps(t->mask[1][tap], at(x, t->offset[1][tap]));
+            __m512 b0, b1;
+            if (STRIDE2) {
+                b0 = load_stride2(t->mask[0][tap], t->mask_high[0][tap], at(x, t->offset[0][tap]));
+                b1 = load_stride2(t->mask[1][tap], t->mask_high[1][tap], at(x, t->offset[1][tap]));
+            } else {
+                b0 = _mm512_maskz_loadu_ps(t->mask[0][tap], at(x, t->offset[0][tap]));
+                b1 = _mm512_maskz_loadu_ps(t->mask[1][tap], at(x, t->offset[1][tap]));
+            }
 #pragma GCC unroll 16
             for (int i = 0; i < ROWS; i++) {
                 __m512 ai = _mm512_set1_ps(a[i]);
@@ -90,15 +106,23 @@ typedef void (*rows_fn)(const tb_window_geometry *, const tile_taps *, int, cons
 #define TB_ROWS_FN(rows)                                                                                       \
     static void rows_##rows(const tb_window_geometry *g, const tile_taps *t, int taps, const float *x,         \
                             const float *a, const float *bias, const tile_out *out) {                          \
-        tile_rows(rows, g, t, taps, x, a, bias, out);                                                          \
+        tile_rows(rows, false, g, t, taps, x, a, bias, out);                                                   \
+    }                                                                                                          \
+    static void rows_##rows##_stride2(const tb_window_geometry *g, const tile_taps *t, int taps, const float *x, \
+                                      const float *a, const float *bias, const tile_out *out) {                \
+        tile_rows(rows, true, g, t, taps, x, a, bias, out);                                                    \
     }
 TB_ROWS_FN(1) TB_ROWS_FN(2) TB_ROWS_FN(3) TB_ROWS_FN(4) TB_ROWS_FN(5) TB_ROWS_FN(6) TB_ROWS_FN(7)
 TB_ROWS_FN(8) TB_ROWS_FN(9) TB_ROWS_FN(10) TB_ROWS_FN(11) TB_ROWS_FN(12) TB_ROWS_FN(13) TB_ROWS_FN(14)
 #undef TB_ROWS_FN
 
-static const rows_fn rows_by_count[MAX_ROWS + 1] = {NULL,    rows_1,  rows_2,  rows_3,  rows_4,  rows_5,
-                                                    rows_6,  rows_7,  rows_8,  rows_9,  rows_10, rows_11,
-                                                    rows_12, rows_13, rows_14};
+static const rows_fn rows_by_count[2][MAX_ROWS + 1] = {
+    {NULL, rows_1, rows_2, rows_3, rows_4, rows_5, rows_6, rows_7, rows_8, rows_9, rows_10, rows_11, rows_12,
+     rows_13, rows_14},
+    {NULL, rows_1_stride2, rows_2_stride2, rows_3_stride2, rows_4_stride2, rows_5_stride2, rows_6_stride2,
+     rows_7_stride2, rows_8_stride2, rows_9_stride2, rows_10_stride2, rows_11_stride2, rows_12_stride2,
+     rows_13_stride2, rows_14_stride2},
+};
 
 /* Output row and first column of vector slot s, and its lane count. */
 static inline void slot_position(const tb_window_geometry *g, int64_t slot, int64_t *oh, int64_t *ow0, int *lanes) {
@@ -114,9 +138,14 @@ static void fill_taps(const tb_window_geometry *g, int v, int64_t oh, int64_t ow
         int64_t ih = oh * g->stride_h - g->pad_top + kh * g->dilation_h;
         bool row_inside = ih >= 0 && ih < g->in_h;
         for (int64_t kw = 0; kw < g->kernel_w; kw++, tap++) {
-            int64_t iw0 = ow0 - g->pad_left + kw * g->dilation_w;
-            t->mask[v][tap] = row_inside ? (__mmask16)(lane_range(-iw0, g->in_w - iw0) & store) : 0;
+            int64_t iw0 = ow0 * g->stride_w - g->pad_left + kw * g->dilation_w;
             t->offset[v][tap] = row_inside ? ih * g->in_w + iw0 : 0;
+            if (g->stride_w == 1) {
+                t->mask[v][tap] = row_inside ? (__mmask16)(lane_range(-iw0, g->in_w - iw0) & store) : 0;
+            } else { /* 32 input columns; the odd ones are read and dropped by the permute */
+                t->mask[v][tap] = row_inside ? lane_range(-iw0, g->in_w - iw0) : 0;
+                t->mask_high[v][tap] = row_inside ? lane_range(-(iw0 + LANES), g->in_w - (iw0 + LANES)) : 0;
+            }
         }
     }
 }
@@ -137,7 +166,7 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
         for (int v = 0; v < 2; v++) {
             if (slot + v >= slot_end) {
                 for (int tap = 0; tap < taps; tap++) {
-                    t.mask[v][tap] = 0;
+                    t.mask[v][tap] = t.mask_high[v][tap] = 0;
                     t.offset[v][tap] = 0;
                 }
                 oh[v] = oh[0];
@@ -155,7 +184,7 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
             float *y = args->y + row0 * args->ldy;
             tile_out out = {.y0 = y + out0, .y1 = y + out1, .ldy = args->ldy, .store0 = store[0], .store1 = store[1],
                             .relu = relu};
-            rows_by_count[rows](g, &t, taps, args->x, args->packed + row0 * k, args->bias ? args->bias + row0 : NULL,
+            rows_by_count[g->stride_w == 2][rows](g, &t, taps, args->x, args->packed + row0 * k, args->bias ? args->bias + row0 : NULL,
                                 &out);
             for (int v = 0; v < 2 && post; v++) {
                 if (!lanes[v])
