@@ -19,6 +19,8 @@ static const direct_case cases[] = {
     /* stride 2 along rows (AVX-512 only) */
     {3, 9, 33, 3, 3, 2, 1, 1, 1, 1, 2}, {2, 12, 64, 3, 3, 2, 1, 1, 1, 1, 2}, {1, 5, 70, 7, 7, 2, 3, 3, 1, 1, 2},
     {2, 10, 40, 5, 3, 1, 2, 0, 1, 2, 2}, {3, 6, 31, 1, 1, 2, 0, 0, 1, 1, 2}, {1, 4, 45, 2, 9, 1, 0, 8, 1, 2, 2},
+    /* more input channels than one pass sums (AVX-512 splits them into chunks) */
+    {40, 5, 20, 3, 3, 1, 1, 1, 1, 1, 1}, {21, 4, 37, 7, 7, 2, 3, 3, 1, 1, 2}, {300, 2, 17, 1, 1, 1, 0, 0, 1, 1, 1},
 };
 enum { CASE_COUNT = sizeof cases / sizeof cases[0] };
 
