@@ -49,6 +49,7 @@ typedef struct tile_out {
     int64_t ldy;
     __mmask16 store0, store1;
     bool relu;
+    bool prefetch; /* fetch each next input channel ahead */
 } tile_out;
 
 /* Accumulates ROWS output channels over the two vectors of a tile, starting from the row biases; relu
@@ -67,6 +68,17 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, cons
     }
     const int64_t plane = g->in_h * g->in_w;
     for (int64_t c = 0; c < g->channels; c++, x += plane) {
+        /* the next channel's runs are a plane apart, too far for the hardware prefetcher to follow;
+         * (few channels fit in cache anyway: the prefetches would only cost issue slots) */
+        if (out->prefetch && c + 1 < g->channels)
+            for (int tap = 0; tap < taps; tap++) {
+                _mm_prefetch((const char *)at(x + plane, t->offset[0][tap]), _MM_HINT_T0);
+                _mm_prefetch((const char *)at(x + plane, t->offset[1][tap]), _MM_HINT_T0);
+                if (STRIDE2) {
+                    _mm_prefetch((const char *)at(x + plane, t->offset[0][tap] + LANES), _MM_HINT_T0);
+                    _mm_prefetch((const char *)at(x + plane, t->offset[1][tap] + LANES), _MM_HINT_T0);
+                }
+            }
         for (int tap = 0; tap < taps; tap++) {
             __m512 b0, b1;
             if (STRIDE2) {
@@ -183,7 +195,7 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
             int rows = tb_conv_direct_panel_rows(args->m, MAX_ROWS, p, &row0);
             float *y = args->y + row0 * args->ldy;
             tile_out out = {.y0 = y + out0, .y1 = y + out1, .ldy = args->ldy, .store0 = store[0], .store1 = store[1],
-                            .relu = relu};
+                            .relu = relu, .prefetch = g->channels >= 8};
             rows_by_count[g->stride_w == 2][rows](g, &t, taps, args->x, args->packed + row0 * k, args->bias ? args->bias + row0 : NULL,
                                 &out);
             for (int v = 0; v < 2 && post; v++) {
