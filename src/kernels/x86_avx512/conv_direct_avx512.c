@@ -68,8 +68,8 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, cons
     }
     const int64_t plane = g->in_h * g->in_w;
     for (int64_t c = 0; c < g->channels; c++, x += plane) {
-        /* the next channel's runs are a plane apart, too far for the hardware prefetcher to follow;
-         * (few channels fit in cache anyway: the prefetches would only cost issue slots) */
+        /* the next channel's runs are a plane apart, too far for the hardware prefetcher to follow
+         * (with few channels everything stays in cache and the prefetches would only cost issue slots) */
         if (out->prefetch && c + 1 < g->channels)
             for (int tap = 0; tap < taps; tap++) {
                 _mm_prefetch((const char *)at(x + plane, t->offset[0][tap]), _MM_HINT_T0);
