@@ -45,6 +45,20 @@ def workloads(torch, ops):
     ln, lw, lb = randn(4096, 1024), randn(1024), randn(1024)
     items.append(("layer_norm 4096x1024", lambda: F.layer_norm(ln, (1024,), lw, lb),
                   lambda: ops.layer_norm(ln, (1024,), lw, lb), ("bytes", 2 * 4 * ln.numel())))
+    from torchburn import nn_ops
+
+    def conv(n, cin, cout, size, kernel, stride, padding):
+        xc, wc, bc = randn(n, cin, size, size), randn(cout, cin, kernel, kernel), randn(cout)
+        out = (size + 2 * padding - kernel) // stride + 1
+        flops = 2.0 * n * cout * out * out * cin * kernel * kernel
+        return (f"conv2d {n}x{cin}x{size}x{size} -> {cout}, {kernel}x{kernel}/{stride}",
+                lambda: F.conv2d(xc, wc, bc, stride, padding), lambda: nn_ops.conv2d(xc, wc, bc, stride, padding),
+                ("flops", flops))
+
+    items.append(conv(8, 16, 32, 32, 3, 1, 1))
+    items.append(conv(8, 64, 64, 56, 3, 1, 1))
+    items.append(conv(8, 64, 128, 56, 3, 2, 1))
+    items.append(conv(8, 3, 64, 112, 7, 2, 3))
     return items
 
 
