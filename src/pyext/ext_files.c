@@ -59,33 +59,36 @@ static PyObject *metadata_dict(const tb_safetensors_t *file) {
     return dict;
 }
 
-static tb_status open_file(const char *path, tb_safetensors_t **file) {
+/* Opens the safetensors file named by the single path argument of `args` (format "O&:name"); NULL
+ * with the exception set (naming the path) on failure. */
+static tb_safetensors_t *open_file(PyObject *args, const char *format) {
+    PyObject *path_bytes;
+    if (!PyArg_ParseTuple(args, format, PyUnicode_FSConverter, &path_bytes))
+        return NULL;
+    const char *path = PyBytes_AS_STRING(path_bytes);
+    tb_safetensors_t *file = NULL;
     tb_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = tb_safetensors_open(path, file);
+    status = tb_safetensors_open(path, &file);
     Py_END_ALLOW_THREADS
-    return status;
+    if (status != TB_OK) {
+        raise_for_path(status, path);
+        file = NULL;
+    }
+    Py_DECREF(path_bytes);
+    return file;
 }
 
 /* safetensors_load(path) -> dict[str, Tensor] in file order. */
 static PyObject *py_safetensors_load(PyObject *module, PyObject *args) {
-    PyObject *path_bytes;
-    if (!PyArg_ParseTuple(args, "O&:safetensors_load", PyUnicode_FSConverter, &path_bytes))
+    tb_safetensors_t *file = open_file(args, "O&:safetensors_load");
+    if (!file)
         return NULL;
-    const char *path = PyBytes_AS_STRING(path_bytes);
-    tb_safetensors_t *file = NULL;
-    tb_status status = open_file(path, &file);
-    if (status != TB_OK) {
-        raise_for_path(status, path);
-        Py_DECREF(path_bytes);
-        return NULL;
-    }
-    Py_DECREF(path_bytes);
     PyObject *result = PyDict_New();
     for (size_t i = 0; result && i < tb_safetensors_count(file); i++) {
         tb_safetensors_info info;
         tb_tensor tensor;
-        status = tb_safetensors_info_at(file, i, &info);
+        tb_status status = tb_safetensors_info_at(file, i, &info);
         if (status == TB_OK)
             status = tb_safetensors_get_at(file, i, &tensor);
         if (status != TB_OK) {
@@ -104,18 +107,9 @@ static PyObject *py_safetensors_load(PyObject *module, PyObject *args) {
 
 /* safetensors_header(path) -> (list of (name, dtype, shape, data_offset, nbytes), metadata dict). */
 static PyObject *py_safetensors_header(PyObject *module, PyObject *args) {
-    PyObject *path_bytes;
-    if (!PyArg_ParseTuple(args, "O&:safetensors_header", PyUnicode_FSConverter, &path_bytes))
+    tb_safetensors_t *file = open_file(args, "O&:safetensors_header");
+    if (!file)
         return NULL;
-    const char *path = PyBytes_AS_STRING(path_bytes);
-    tb_safetensors_t *file = NULL;
-    tb_status status = open_file(path, &file);
-    if (status != TB_OK) {
-        raise_for_path(status, path);
-        Py_DECREF(path_bytes);
-        return NULL;
-    }
-    Py_DECREF(path_bytes);
     PyObject *entries = PyList_New((Py_ssize_t)tb_safetensors_count(file));
     for (size_t i = 0; entries && i < tb_safetensors_count(file); i++) {
         tb_safetensors_info info;
