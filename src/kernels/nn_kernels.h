@@ -98,8 +98,8 @@ void tb_adaptive_max_pool2d_plane_f32(int64_t in_h, int64_t in_w, int64_t out_h,
                                       float *y, int64_t *index);
 
 /* Direct (implicit-GEMM) convolution of one image and group for stride_w <= the ISA's
- * conv_direct_max_stride, reading the input
- * planes in place instead of building im2col panels. Output positions are grouped into "slots":
+ * conv_direct_max_stride, reading the input planes in place instead of building im2col panels.
+ * Output positions are grouped into "slots":
  * runs of at most `lanes` (the ISA's vector width) columns of one output row, slot s covering row
  * s / ceil(out_w / lanes) and columns from (s % ceil(out_w / lanes)) * lanes. The kernel computes the
  * slots [slot_begin, slot_end) of all m output channels:

@@ -6,8 +6,9 @@
 #include "kernels/conv_gemm.h"
 #include "ops/ops_nn_internal.h"
 
-/* Column tiles are split until there are a few tasks per thread, but never below this many columns. */
-enum { CONV_MIN_TILE = 128 };
+/* Tasks are split until there are a few per thread, but never below this many columns (packed path)
+ * or vector slots (direct path). */
+enum { CONV_MIN_TILE = 128, CONV_MIN_SLOTS = 8 };
 
 /* tb_activation -> tb_unary_op for the direct path's epilogue (-1: none). */
 static const int activation_unary[TB_ACTIVATION_COUNT] = {
@@ -136,19 +137,20 @@ static void conv_direct_planes(void *context, int64_t begin, int64_t end, int th
     }
 }
 
-/* Columns per packed task: whole planes, split into NR-aligned tiles while there are fewer than four
- * tasks per thread (and tiles stay >= CONV_MIN_TILE columns). */
-static void choose_tiles(const tb_conv_shape *s, int64_t nr, int64_t *tile_out, int64_t *tiles_out) {
-    int64_t spatial = s->out_h * s->out_w;
+/* Splits each (image, group)'s `units` (output columns of the packed path, slots of the direct path)
+ * into tasks of `align`-multiple size, halving while there are fewer than four tasks per thread and
+ * the halves stay >= min_units. */
+static void choose_tiles(const tb_conv_shape *s, int64_t units, int64_t min_units, int64_t align, int64_t *tile_out,
+                         int64_t *tiles_out) {
     int64_t threads = tb_num_threads(), tiles = 1;
-    while (s->batch * s->groups * tiles < 4 * threads && spatial / (2 * tiles) >= CONV_MIN_TILE)
+    while (s->batch * s->groups * tiles < 4 * threads && units / (2 * tiles) >= min_units)
         tiles *= 2;
-    int64_t tile = (spatial + tiles - 1) / tiles;
-    tile = (tile + nr - 1) / nr * nr;
-    if (tile > spatial)
-        tile = spatial;
+    int64_t tile = (units + tiles - 1) / tiles;
+    tile = (tile + align - 1) / align * align;
+    if (tile > units)
+        tile = units;
     *tile_out = tile;
-    *tiles_out = (spatial + tile - 1) / tile;
+    *tiles_out = (units + tile - 1) / tile;
 }
 
 /* Packs every group's weights for the packed path (job->plan set). */
@@ -193,13 +195,7 @@ static tb_status conv_run(conv_job *job) {
             tb_conv_direct_pack(s->out_per_group, s->k, kernels->conv_direct_rows, job->w + grp * s->out_per_group * s->k,
                                 out + grp * s->out_per_group * s->k);
         job->packed_weight = out;
-        /* tasks: a few per thread, each an even number of slots (a tile is two) */
-        int64_t threads = tb_num_threads(), tiles = 1;
-        while (s->batch * s->groups * tiles < 4 * threads && job->slots / (2 * tiles) >= 8)
-            tiles *= 2;
-        job->tile = (job->slots + tiles - 1) / tiles;
-        job->tile += job->tile & 1;
-        job->tiles = (job->slots + job->tile - 1) / job->tile;
+        choose_tiles(s, job->slots, CONV_MIN_SLOTS, 2, &job->tile, &job->tiles); /* a register tile is two slots */
         tb_parallel_for(s->batch * s->groups * job->tiles, 1, conv_direct_tasks, job);
         tb_tensor_release(&packed);
     } else if (s->groups > 1 && s->in_per_group == 1) {
@@ -210,7 +206,7 @@ static tb_status conv_run(conv_job *job) {
         tb_conv_gemm_init(&job->plan, tb_isa_active(), s->out_per_group, s->k);
         tb_tensor packed = {0};
         TB_TRY(pack_weights(job, &packed));
-        choose_tiles(s, job->plan.nr, &job->tile, &job->tiles);
+        choose_tiles(s, spatial, CONV_MIN_TILE, job->plan.nr, &job->tile, &job->tiles);
         tb_parallel_for(s->batch * s->groups * job->tiles, 1, conv_packed_tasks, job);
         tb_tensor_release(&packed);
     }
