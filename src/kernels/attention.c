@@ -110,26 +110,25 @@ static scratch_layout layout_for(const attention_job *job, int64_t kv, bool dire
     return l;
 }
 
-/* Adds the masks to row r's scores for keys [j0, j0 + kb): additive float, boolean (0 = masked) and
- * causal (key j visible to position i iff j <= i). */
-static void apply_masks(const tb_attention_desc *d, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t kb,
-                        float *srow) {
-    if (d->float_mask) {
-        const float *mrow = d->float_mask + b * d->float_mask_strides[0] + h * d->float_mask_strides[1] +
-                            i * d->float_mask_strides[2] + j0 * d->float_mask_strides[3];
-        int64_t step = d->float_mask_strides[3];
+void tb_attention_apply_masks(const float *float_mask, const int64_t *float_mask_strides, const uint8_t *bool_mask,
+                              const int64_t *bool_mask_strides, bool causal, int64_t b, int64_t h, int64_t i,
+                              int64_t j0, int64_t kb, float *srow) {
+    if (float_mask) {
+        const float *mrow = float_mask + b * float_mask_strides[0] + h * float_mask_strides[1] +
+                            i * float_mask_strides[2] + j0 * float_mask_strides[3];
+        int64_t step = float_mask_strides[3];
         for (int64_t j = 0; j < kb; j++)
             srow[j] += mrow[j * step];
     }
-    if (d->bool_mask) {
-        const uint8_t *mrow = d->bool_mask + b * d->bool_mask_strides[0] + h * d->bool_mask_strides[1] +
-                              i * d->bool_mask_strides[2] + j0 * d->bool_mask_strides[3];
-        int64_t step = d->bool_mask_strides[3];
+    if (bool_mask) {
+        const uint8_t *mrow = bool_mask + b * bool_mask_strides[0] + h * bool_mask_strides[1] +
+                              i * bool_mask_strides[2] + j0 * bool_mask_strides[3];
+        int64_t step = bool_mask_strides[3];
         for (int64_t j = 0; j < kb; j++)
             if (!mrow[j * step])
                 srow[j] = -INFINITY;
     }
-    if (d->causal)
+    if (causal)
         for (int64_t j = i + 1 - j0 > 0 ? i + 1 - j0 : 0; j < kb; j++)
             srow[j] = -INFINITY;
 }
@@ -176,7 +175,8 @@ static void query_rows(const attention_job *job, float *base, const scratch_layo
         }
         for (int r = 0; r < rows; r++) {
             float *srow = s + r * KEY_BLOCK;
-            apply_masks(d, set->b, set->h0 + r * set->dh, set->i0 + r * set->di, j0, kb, srow);
+            tb_attention_apply_masks(d->float_mask, d->float_mask_strides, d->bool_mask, d->bool_mask_strides,
+                                     d->causal, set->b, set->h0 + r * set->dh, set->i0 + r * set->di, j0, kb, srow);
             /* online softmax: new max, rescale what was accumulated, P = exp(S - max) */
             float block_max = ak->row_max(srow, kb);
             float new_max = block_max > row_max[r] ? block_max : row_max[r];
@@ -312,7 +312,7 @@ static void attention_worker(void *context, int64_t begin, int64_t end, int thre
     }
 }
 
-static const tb_attention_kernels *attention_kernels_for(tb_isa isa) {
+const tb_attention_kernels *tb_attention_kernels_for(tb_isa isa) {
 #if defined(TB_HAVE_X86)
     if (isa == TB_ISA_AVX512)
         return &tb_attention_kernels_avx512;
@@ -335,7 +335,7 @@ tb_status tb_attention_f32_isa(const tb_attention_desc *desc, tb_isa isa) {
     memset(&job, 0, sizeof job);
     job.d = d;
     job.uk = tb_gemm_microkernel_for(isa);
-    job.ak = attention_kernels_for(isa);
+    job.ak = tb_attention_kernels_for(isa);
     job.group = d->q_heads / d->kv_heads;
     job.dv_panels = (d->value_dim + job.uk->nr - 1) / job.uk->nr;
     atomic_init(&job.status, TB_OK);

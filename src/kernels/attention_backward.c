@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_internal.h"
 #include "torchburn/alloc.h"
 #include "torchburn/thread_pool.h"
 
@@ -56,31 +57,11 @@ static tb_status validate(const tb_attention_backward_desc *d) {
 
 typedef struct backward_job {
     const tb_attention_backward_desc *d;
+    const tb_attention_kernels *ak; /* the active ISA's softmax row helpers */
     int64_t group; /* query heads per KV head */
     atomic_int status;
     size_t failed_bytes;
 } backward_job;
-
-/* score[j] += the masks of row i for keys [0, kv): additive float, boolean (0 = masked), causal. */
-static void apply_masks(const tb_attention_backward_desc *d, int64_t b, int64_t h, int64_t i, int64_t kv,
-                        float *score) {
-    if (d->float_mask) {
-        const float *m = d->float_mask + b * d->float_mask_strides[0] + h * d->float_mask_strides[1] +
-                         i * d->float_mask_strides[2];
-        for (int64_t j = 0; j < kv; j++)
-            score[j] += m[j * d->float_mask_strides[3]];
-    }
-    if (d->bool_mask) {
-        const uint8_t *m = d->bool_mask + b * d->bool_mask_strides[0] + h * d->bool_mask_strides[1] +
-                           i * d->bool_mask_strides[2];
-        for (int64_t j = 0; j < kv; j++)
-            if (!m[j * d->bool_mask_strides[3]])
-                score[j] = -INFINITY;
-    }
-    if (d->causal)
-        for (int64_t j = i + 1; j < kv; j++)
-            score[j] = -INFINITY;
-}
 
 /* Row i of head h, batch entry b of a [B, H, T, *] operand. */
 static int64_t at(const int64_t *strides, int64_t b, int64_t h, int64_t i) {
@@ -117,8 +98,8 @@ static void zero_rows(float *base, int64_t row_stride, int64_t rows, int64_t col
 
 /* One block of query rows [i0, i0 + rows) of head h (KV head g) against keys [0, kv).
  * p and ds are [rows x kv] scratch (row stride kv). */
-static tb_status query_block(const tb_attention_backward_desc *d, int64_t b, int64_t h, int64_t g, int64_t i0,
-                             int64_t rows, int64_t kv, float *p, float *ds) {
+static tb_status query_block(const tb_attention_backward_desc *d, const tb_attention_kernels *ak, int64_t b,
+                             int64_t h, int64_t g, int64_t i0, int64_t rows, int64_t kv, float *p, float *ds) {
     const int64_t D = d->head_dim, Dv = d->value_dim;
     const float *q = D > 0 ? d->q + at(d->q_strides, b, h, i0) : NULL;
     const float *go = Dv > 0 ? d->grad_out + at(d->grad_out_strides, b, h, i0) : NULL;
@@ -142,14 +123,14 @@ static tb_status query_block(const tb_attention_backward_desc *d, int64_t b, int
         memset(p, 0, sizeof(float) * (size_t)(rows * kv));
     for (int64_t r = 0; r < rows; r++) {
         float *prow = p + r * kv;
-        apply_masks(d, b, h, i0 + r, kv, prow);
+        tb_attention_apply_masks(d->float_mask, d->float_mask_strides, d->bool_mask, d->bool_mask_strides, d->causal,
+                                 b, h, i0 + r, 0, kv, prow);
         float lse = d->lse[b * d->lse_strides[0] + h * d->lse_strides[1] + (i0 + r) * d->lse_strides[2]];
         if (lse == -INFINITY) { /* fully masked: no gradient flows through this row */
             memset(prow, 0, sizeof(float) * (size_t)kv);
             continue;
         }
-        for (int64_t j = 0; j < kv; j++)
-            prow[j] = expf(prow[j] - lse);
+        ak->exp_sum(prow, kv, lse); /* prow = exp(prow - lse); the sum is not needed */
     }
     /* grad_v += P^T dO */
     if (Dv > 0)
@@ -197,7 +178,7 @@ static tb_status run_unit(backward_job *job, int64_t unit, size_t *failed_bytes)
             int64_t rows = d->q_len - i0 < block ? d->q_len - i0 : block;
             /* keys any row of the block may see */
             int64_t kv = d->causal && i0 + rows < d->kv_len ? i0 + rows : d->kv_len;
-            status = query_block(d, b, h, g, i0, rows, kv, p, ds);
+            status = query_block(d, job->ak, b, h, g, i0, rows, kv, p, ds);
         }
     tb_free(scratch);
     return status;
@@ -228,6 +209,7 @@ tb_status tb_attention_backward_f32(const tb_attention_backward_desc *desc) {
     backward_job job;
     memset(&job, 0, sizeof job);
     job.d = d;
+    job.ak = tb_attention_kernels_for(tb_isa_active());
     job.group = d->q_heads / d->kv_heads;
     atomic_init(&job.status, TB_OK);
     int64_t units = d->batch * d->kv_heads;

@@ -125,4 +125,15 @@ extern const tb_attention_kernels tb_attention_kernels_avx2;
 extern const tb_attention_kernels tb_attention_kernels_avx512;
 #endif
 
+/* The helpers for an ISA (the scalar ones for ISAs without their own). */
+const tb_attention_kernels *tb_attention_kernels_for(tb_isa isa);
+
+/* Adds the masks of query row i (head h, batch entry b) to its scores for keys [j0, j0 + kb): the
+ * additive float mask, the boolean mask (0 = masked: -inf) and causal (key j visible to position i
+ * iff j <= i), each optional; mask strides as in tb_attention_desc. Forward and backward share it so
+ * they mask identically. */
+void tb_attention_apply_masks(const float *float_mask, const int64_t *float_mask_strides, const uint8_t *bool_mask,
+                              const int64_t *bool_mask_strides, bool causal, int64_t b, int64_t h, int64_t i,
+                              int64_t j0, int64_t kb, float *srow);
+
 #endif
