@@ -150,6 +150,23 @@ def interleaved_medians(fns: dict, inputs: tuple, seconds: float, rounds: int = 
     return {name: (statistics.median(samples[name]), min(block_medians[name])) for name in fns}
 
 
+def call_overhead(plan: Any, fn: Callable, args: tuple, calls: int) -> float:
+    """Seconds per call of fn(*args) spent outside `plan`'s steps (fn calls the plan once per call):
+    the wall time of a batch of calls minus the growth of plan.run_seconds; the minimum over 8 batches
+    (noise only adds)."""
+    best = float("inf")
+    for _ in range(8):
+        time.sleep(0.005)
+        fn(*args)
+        inside = plan.run_seconds
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(*args)
+        wall = time.perf_counter() - start
+        best = min(best, (wall - (plan.run_seconds - inside)) / calls)
+    return best
+
+
 def plan_overhead(torch: Any, model: Any, inputs: tuple, seconds: float) -> dict | None:
     """Per-call overhead of the model's plan (only for whole-graph plans), measured exactly rather than
     as a difference of two noisy medians: the plan object accumulates the time spent inside its steps
@@ -175,21 +192,8 @@ def plan_overhead(torch: Any, model: Any, inputs: tuple, seconds: float) -> dict
     args = tuple(args)
     calls = max(20, int(seconds / 16 / max(plan.run_timing(args, 3)[-1], 1e-6)))
 
-    def overhead_of(fn: Callable, fn_args: tuple) -> float:
-        best = float("inf")
-        for _ in range(8):
-            time.sleep(0.005)
-            fn(*fn_args)
-            inside = plan.run_seconds
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn(*fn_args)
-            wall = time.perf_counter() - start
-            best = min(best, (wall - (plan.run_seconds - inside)) / calls)
-        return best
-
-    plan_call = overhead_of(plan, args)
-    compiled_call = overhead_of(compiled, inputs)
+    plan_call = call_overhead(plan, plan, args, calls)
+    compiled_call = call_overhead(plan, compiled, inputs, calls)
     bare = statistics.median(plan.run_timing(args, calls))
     count = plan.num_inputs + plan.num_outputs
     return {"bare_run_s": bare, "overhead_s": plan_call, "dynamo_guard_s": compiled_call - plan_call,
@@ -209,15 +213,9 @@ def synthetic_overhead(torch: Any, count: int, seconds: float) -> dict:
                                                            "scalar": 2.0}))
     plan, _ = graph.compile()
     args = tuple(torch.randn(4) for _ in range(count))
-    calls, best = 2000, float("inf")
-    for _ in range(8):
-        plan(*args)
-        inside = plan.run_seconds
-        start = time.perf_counter()
-        for _ in range(calls):
-            plan(*args)
-        best = min(best, (time.perf_counter() - start - (plan.run_seconds - inside)) / calls)
-    return {"bare_run_s": statistics.median(plan.run_timing(args, calls)), "overhead_s": best,
+    calls = 2000
+    return {"bare_run_s": statistics.median(plan.run_timing(args, calls)),
+            "overhead_s": call_overhead(plan, plan, args, calls),
             "inputs_outputs": 2 * count, "target_s": 5e-6 + 0.3e-6 * 2 * count}
 
 
