@@ -24,6 +24,13 @@ typedef struct tb_window_geometry {
     int64_t dilation_h, dilation_w;
 } tb_window_geometry;
 
+/* Address of element `index` of a row or plane, index possibly negative or past the end: for SIMD
+ * masked loads, whose masked-off lanes are never touched (integer arithmetic, so forming the address
+ * is defined even when it lies outside the buffer). */
+static inline const float *tb_float_at(const float *base, int64_t index) {
+    return (const float *)((uintptr_t)base + (uintptr_t)(index * (int64_t)sizeof(float)));
+}
+
 /* im2col over output columns [col_begin, col_end):
  *   col[r * ld + (j - col_begin)] = x[c, ih, iw] (or 0), r = (c * kernel_h + kh) * kernel_w + kw,
  * for c < channels. x is `channels` planes; ld >= col_end - col_begin. */

@@ -191,9 +191,10 @@ static tb_status conv_run(conv_job *job) {
         int64_t count = s->out_channels * s->k;
         TB_TRY(tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, &packed));
         float *out = tb_tensor_data(&packed);
+        int64_t per_group = s->out_per_group * s->k;
         for (int64_t grp = 0; grp < s->groups; grp++)
-            tb_conv_direct_pack(s->out_per_group, s->k, kernels->conv_direct_rows, job->w + grp * s->out_per_group * s->k,
-                                out + grp * s->out_per_group * s->k);
+            tb_conv_direct_pack(s->out_per_group, s->k, kernels->conv_direct_rows, job->w + grp * per_group,
+                                out + grp * per_group);
         job->packed_weight = out;
         choose_tiles(s, job->slots, CONV_MIN_SLOTS, 2, &job->tile, &job->tiles); /* a register tile is two slots */
         tb_parallel_for(s->batch * s->groups * job->tiles, 1, conv_direct_tasks, job);

@@ -6,26 +6,7 @@
 #include <stdint.h>
 
 #include "kernels/nn_kernels.h"
-
-/* Lane mask (all-ones lanes) of lanes l in [0, 8) with lo <= l < hi. */
-static inline __m256i lane_range_avx2(int64_t lo, int64_t hi) {
-    if (lo < -1)
-        lo = -1;
-    if (lo > 8)
-        lo = 8;
-    if (hi < 0)
-        hi = 0;
-    if (hi > 8)
-        hi = 8;
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i above = _mm256_cmpgt_epi32(lanes, _mm256_set1_epi32((int)lo - 1));
-    __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), lanes);
-    return _mm256_and_si256(above, below);
-}
-
-static inline const float *row_at_avx2(const float *row, int64_t index) {
-    return (const float *)((uintptr_t)row + (uintptr_t)(index * (int64_t)sizeof(float)));
-}
+#include "kernels/x86_avx2/lanes_avx2.h"
 
 void tb_im2col_panel_avx2(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel) {
     if (g->stride_w != 1 || nr > 64) {
@@ -49,11 +30,12 @@ void tb_im2col_panel_avx2(const tb_window_geometry *g, const float *x, int64_t j
                     int64_t start = first + seg->ow0;
                     for (int t0 = 0; t0 < seg->len; t0 += 8) {
                         int n = seg->len - t0 < 8 ? seg->len - t0 : 8;
-                        __m256i store = lane_range_avx2(0, n);
+                        __m256i store = tb_lanes_avx2(0, n);
                         __m256 v = _mm256_setzero_ps();
                         if (inside) {
-                            __m256i valid = _mm256_and_si256(lane_range_avx2(-(start + t0), g->in_w - (start + t0)), store);
-                            v = _mm256_maskload_ps(row_at_avx2(row, start + t0), valid);
+                            __m256i in_row = tb_lanes_avx2(-(start + t0), g->in_w - (start + t0));
+                            __m256i valid = _mm256_and_si256(in_row, store);
+                            v = _mm256_maskload_ps(tb_float_at(row, start + t0), valid);
                         }
                         _mm256_maskstore_ps(d + t0, store, v);
                     }
@@ -73,7 +55,7 @@ void tb_conv2d_plane_avx2(const tb_window_geometry *g, const float *x, const flo
     for (int64_t oh = 0; oh < g->out_h; oh++) {
         for (int64_t ow0 = 0; ow0 < g->out_w; ow0 += 8) {
             int n = g->out_w - ow0 < 8 ? (int)(g->out_w - ow0) : 8;
-            __m256i store = lane_range_avx2(0, n);
+            __m256i store = tb_lanes_avx2(0, n);
             __m256 acc = _mm256_set1_ps(bias);
             for (int64_t kh = 0; kh < g->kernel_h; kh++) {
                 int64_t ih = oh * g->stride_h - g->pad_top + kh * g->dilation_h;
@@ -82,8 +64,8 @@ void tb_conv2d_plane_avx2(const tb_window_geometry *g, const float *x, const flo
                 const float *row = x + ih * g->in_w;
                 for (int64_t kw = 0; kw < g->kernel_w; kw++) {
                     int64_t start = ow0 - g->pad_left + kw * g->dilation_w;
-                    __m256i valid = _mm256_and_si256(lane_range_avx2(-start, g->in_w - start), store);
-                    __m256 v = _mm256_maskload_ps(row_at_avx2(row, start), valid);
+                    __m256i valid = _mm256_and_si256(tb_lanes_avx2(-start, g->in_w - start), store);
+                    __m256 v = _mm256_maskload_ps(tb_float_at(row, start), valid);
                     acc = _mm256_fmadd_ps(_mm256_set1_ps(w[kh * g->kernel_w + kw]), v, acc);
                 }
             }

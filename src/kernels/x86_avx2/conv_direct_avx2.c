@@ -8,28 +8,9 @@
 
 #include "kernels/gemm_internal.h"
 #include "kernels/nn_kernels.h"
+#include "kernels/x86_avx2/lanes_avx2.h"
 
 enum { LANES = 8, MAX_ROWS = 6 };
-
-/* All-ones in lanes l of [0, 8) with lo <= l < hi (the sign bit selects a lane for maskload/store). */
-static inline __m256i lane_range(int64_t lo, int64_t hi) {
-    if (lo < 0)
-        lo = 0;
-    if (hi > LANES)
-        hi = LANES;
-    if (hi < lo)
-        hi = lo;
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i at_least_lo = _mm256_cmpgt_epi32(lanes, _mm256_set1_epi32((int)lo - 1));
-    __m256i below_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), lanes);
-    return _mm256_and_si256(at_least_lo, below_hi);
-}
-
-/* Address of element `index` of a plane (index may be negative or past the end: only selected lanes
- * are touched, and a load with no lane selected touches nothing). */
-static inline const float *at(const float *plane, int64_t index) {
-    return (const float *)((uintptr_t)plane + (uintptr_t)(index * (int64_t)sizeof(float)));
-}
 
 /* One tile's per-tap tables: input offset (within a channel plane) and lane mask of each vector. */
 typedef struct tile_taps {
@@ -58,8 +39,8 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, cons
     const int64_t plane = g->in_h * g->in_w;
     for (int64_t c = 0; c < g->channels; c++, x += plane) {
         for (int tap = 0; tap < taps; tap++) {
-            __m256 b0 = _mm256_maskload_ps(at(x, t->offset[0][tap]), t->mask[0][tap]);
-            __m256 b1 = _mm256_maskload_ps(at(x, t->offset[1][tap]), t->mask[1][tap]);
+            __m256 b0 = _mm256_maskload_ps(tb_float_at(x, t->offset[0][tap]), t->mask[0][tap]);
+            __m256 b1 = _mm256_maskload_ps(tb_float_at(x, t->offset[1][tap]), t->mask[1][tap]);
 #pragma GCC unroll 8
             for (int i = 0; i < ROWS; i++) {
                 __m256 ai = _mm256_broadcast_ss(a + i);
@@ -105,7 +86,7 @@ static void fill_taps(const tb_window_geometry *g, int v, int64_t oh, int64_t ow
         for (int64_t kw = 0; kw < g->kernel_w; kw++, tap++) {
             int64_t iw0 = ow0 - g->pad_left + kw * g->dilation_w;
             int64_t lo = -iw0, hi = g->in_w - iw0 < lanes ? g->in_w - iw0 : lanes;
-            t->mask[v][tap] = row_inside ? lane_range(lo, hi) : _mm256_setzero_si256();
+            t->mask[v][tap] = row_inside ? tb_lanes_avx2(lo, hi) : _mm256_setzero_si256();
             t->offset[v][tap] = row_inside ? ih * g->in_w + iw0 : 0;
         }
     }
@@ -137,7 +118,7 @@ void tb_conv_direct_avx2(const tb_conv_direct_args *args, int64_t slot_begin, in
             }
             int64_t oh = (slot + v) / per_row, ow0 = ((slot + v) % per_row) * LANES;
             lanes[v] = (int)(g->out_w - ow0 < LANES ? g->out_w - ow0 : LANES);
-            store[v] = lane_range(0, lanes[v]);
+            store[v] = tb_lanes_avx2(0, lanes[v]);
             fill_taps(g, v, oh, ow0, lanes[v], &t);
             out[v] = oh * g->out_w + ow0;
         }

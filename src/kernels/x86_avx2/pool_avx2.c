@@ -27,11 +27,6 @@ static inline __m256i lane_mask_avx2(unsigned bits) {
     return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)bits), lane_bits), lane_bits);
 }
 
-/* Address of element `index` of row (index may be negative: only masked lanes are touched). */
-static inline const float *row_at_avx2(const float *row, int64_t index) {
-    return (const float *)((uintptr_t)row + (uintptr_t)(index * (int64_t)sizeof(float)));
-}
-
 /* The reference's window start along one axis: the first tap start + k * dilation that is >= 0. */
 static inline int64_t first_tap(int64_t start, int64_t dilation) {
     return start >= 0 ? start : start + (-start + dilation - 1) / dilation * dilation;
@@ -149,7 +144,7 @@ static inline __attribute__((always_inline)) __m256 load_avx2(const bool MASKED,
                                                               unsigned lanes) {
     if (MASKED) {
         __m256i mask = lane_mask_avx2(lanes);
-        return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(row_at_avx2(row, start), mask),
+        return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(tb_float_at(row, start), mask),
                                 _mm256_castsi256_ps(mask));
     }
     return _mm256_loadu_ps(row + start);

@@ -8,22 +8,7 @@
 #include <stdint.h>
 
 #include "kernels/nn_kernels.h"
-
-/* Lanes l of [0, 16) with lo <= l < hi. */
-static inline __mmask16 lane_range_avx512(int64_t lo, int64_t hi) {
-    if (lo < 0)
-        lo = 0;
-    if (hi > 16)
-        hi = 16;
-    if (hi <= lo)
-        return 0;
-    return (__mmask16)((((uint32_t)1 << hi) - 1) & ~(((uint32_t)1 << lo) - 1));
-}
-
-/* Address of element `index` of row (index may be negative: only masked lanes are touched). */
-static inline const float *row_at_avx512(const float *row, int64_t index) {
-    return (const float *)((uintptr_t)row + (uintptr_t)(index * (int64_t)sizeof(float)));
-}
+#include "kernels/x86_avx512/lanes_avx512.h"
 
 enum { PANEL_TABLE = 256 }; /* entries of the per-panel precomputed tables below */
 
@@ -52,7 +37,7 @@ void tb_im2col_panel_avx512(const tb_window_geometry *g, const float *x, int64_t
             int64_t first = kw * g->dilation_w - g->pad_left + segments[s].ow0;
             start[kw * count + s] = first;
             for (int q = 0; q < 4; q++)
-                valid[kw * count + s][q] = lane_range_avx512(-(first + 16 * q), g->in_w - (first + 16 * q)) & store[s][q];
+                valid[kw * count + s][q] = tb_lanes_avx512(-(first + 16 * q), g->in_w - (first + 16 * q)) & store[s][q];
         }
     }
     int64_t plane = g->in_h * g->in_w;
@@ -78,7 +63,8 @@ void tb_im2col_panel_avx512(const tb_window_geometry *g, const float *x, int64_t
                     int64_t first = start[kw * count + s];
                     for (int q = 0; q < chunks; q++)
                         _mm512_storeu_ps(d + 16 * q,
-                                         _mm512_maskz_loadu_ps(valid[kw * count + s][q], row_at_avx512(row, first + 16 * q)));
+                                         _mm512_maskz_loadu_ps(valid[kw * count + s][q],
+                                                               tb_float_at(row, first + 16 * q)));
                 }
                 for (int t = cols; t < nr; t++)
                     dst[t] = 0.0f;
@@ -106,7 +92,7 @@ void tb_conv2d_plane_avx512(const tb_window_geometry *g, const float *x, const f
         int64_t column_start[PLANE_MAX_KERNEL_W];
         for (int64_t kw = 0; kw < g->kernel_w; kw++) {
             column_start[kw] = ow0 - g->pad_left + kw * g->dilation_w;
-            column_mask[kw] = lane_range_avx512(-column_start[kw], g->in_w - column_start[kw]) & store;
+            column_mask[kw] = tb_lanes_avx512(-column_start[kw], g->in_w - column_start[kw]) & store;
         }
         for (int64_t oh0 = 0; oh0 < g->out_h; oh0 += PLANE_ROWS) {
             __m512 acc[PLANE_ROWS];
@@ -123,7 +109,7 @@ void tb_conv2d_plane_avx512(const tb_window_geometry *g, const float *x, const f
                     __m512 weight = _mm512_set1_ps(w[kh * g->kernel_w + kw]);
                     __mmask16 mask = column_mask[kw];
                     for (int r = 0; r < PLANE_ROWS; r++) {
-                        __m512 v = _mm512_maskz_loadu_ps(mask, row_at_avx512(rows[r], column_start[kw]));
+                        __m512 v = _mm512_maskz_loadu_ps(mask, tb_float_at(rows[r], column_start[kw]));
                         acc[r] = _mm512_fmadd_ps(weight, v, acc[r]);
                     }
                 }

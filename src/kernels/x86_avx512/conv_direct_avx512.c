@@ -10,24 +10,9 @@
 
 #include "kernels/gemm_internal.h"
 #include "kernels/nn_kernels.h"
+#include "kernels/x86_avx512/lanes_avx512.h"
 
 enum { LANES = 16, MAX_ROWS = 14 }; /* 28 accumulators + 2 B vectors + 1 broadcast of the 32 registers */
-
-static inline __mmask16 lane_range(int64_t lo, int64_t hi) {
-    if (lo < 0)
-        lo = 0;
-    if (hi > LANES)
-        hi = LANES;
-    if (hi <= lo)
-        return 0;
-    return (__mmask16)((((uint32_t)1 << hi) - 1) & ~(((uint32_t)1 << lo) - 1));
-}
-
-/* Address of element `index` of a plane (index may be negative or past the end: only masked lanes
- * are touched, and a fully masked load touches nothing). */
-static inline const float *at(const float *plane, int64_t index) {
-    return (const float *)((uintptr_t)plane + (uintptr_t)(index * (int64_t)sizeof(float)));
-}
 
 /* One tile's per-tap tables: input offset (within a channel plane) and lane masks of each vector
  * (stride 2 reads 32 input columns per vector: `mask` covers the first 16, `mask_high` the next). */
@@ -40,7 +25,7 @@ typedef struct tile_taps {
 /* Lane l of a stride-2 vector is input column 2l of its run: the even lanes of two loads. */
 static inline __m512 load_stride2(__mmask16 low, __mmask16 high, const float *x) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, x), even, _mm512_maskz_loadu_ps(high, at(x, 16)));
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, x), even, _mm512_maskz_loadu_ps(high, tb_float_at(x, 16)));
 }
 
 /* Where one panel's rows of a tile go: row 0 of each vector's output, the lanes stored. */
@@ -72,21 +57,21 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, cons
          * (with few channels everything stays in cache and the prefetches would only cost issue slots) */
         if (out->prefetch && c + 1 < g->channels)
             for (int tap = 0; tap < taps; tap++) {
-                _mm_prefetch((const char *)at(x + plane, t->offset[0][tap]), _MM_HINT_T0);
-                _mm_prefetch((const char *)at(x + plane, t->offset[1][tap]), _MM_HINT_T0);
+                _mm_prefetch((const char *)tb_float_at(x + plane, t->offset[0][tap]), _MM_HINT_T0);
+                _mm_prefetch((const char *)tb_float_at(x + plane, t->offset[1][tap]), _MM_HINT_T0);
                 if (STRIDE2) {
-                    _mm_prefetch((const char *)at(x + plane, t->offset[0][tap] + LANES), _MM_HINT_T0);
-                    _mm_prefetch((const char *)at(x + plane, t->offset[1][tap] + LANES), _MM_HINT_T0);
+                    _mm_prefetch((const char *)tb_float_at(x + plane, t->offset[0][tap] + LANES), _MM_HINT_T0);
+                    _mm_prefetch((const char *)tb_float_at(x + plane, t->offset[1][tap] + LANES), _MM_HINT_T0);
                 }
             }
         for (int tap = 0; tap < taps; tap++) {
             __m512 b0, b1;
             if (STRIDE2) {
-                b0 = load_stride2(t->mask[0][tap], t->mask_high[0][tap], at(x, t->offset[0][tap]));
-                b1 = load_stride2(t->mask[1][tap], t->mask_high[1][tap], at(x, t->offset[1][tap]));
+                b0 = load_stride2(t->mask[0][tap], t->mask_high[0][tap], tb_float_at(x, t->offset[0][tap]));
+                b1 = load_stride2(t->mask[1][tap], t->mask_high[1][tap], tb_float_at(x, t->offset[1][tap]));
             } else {
-                b0 = _mm512_maskz_loadu_ps(t->mask[0][tap], at(x, t->offset[0][tap]));
-                b1 = _mm512_maskz_loadu_ps(t->mask[1][tap], at(x, t->offset[1][tap]));
+                b0 = _mm512_maskz_loadu_ps(t->mask[0][tap], tb_float_at(x, t->offset[0][tap]));
+                b1 = _mm512_maskz_loadu_ps(t->mask[1][tap], tb_float_at(x, t->offset[1][tap]));
             }
 #pragma GCC unroll 16
             for (int i = 0; i < ROWS; i++) {
@@ -153,10 +138,10 @@ static void fill_taps(const tb_window_geometry *g, int v, int64_t oh, int64_t ow
             int64_t iw0 = ow0 * g->stride_w - g->pad_left + kw * g->dilation_w;
             t->offset[v][tap] = row_inside ? ih * g->in_w + iw0 : 0;
             if (g->stride_w == 1) {
-                t->mask[v][tap] = row_inside ? (__mmask16)(lane_range(-iw0, g->in_w - iw0) & store) : 0;
+                t->mask[v][tap] = row_inside ? (__mmask16)(tb_lanes_avx512(-iw0, g->in_w - iw0) & store) : 0;
             } else { /* 32 input columns; the odd ones are read and dropped by the permute */
-                t->mask[v][tap] = row_inside ? lane_range(-iw0, g->in_w - iw0) : 0;
-                t->mask_high[v][tap] = row_inside ? lane_range(-(iw0 + LANES), g->in_w - (iw0 + LANES)) : 0;
+                t->mask[v][tap] = row_inside ? tb_lanes_avx512(-iw0, g->in_w - iw0) : 0;
+                t->mask_high[v][tap] = row_inside ? tb_lanes_avx512(-(iw0 + LANES), g->in_w - (iw0 + LANES)) : 0;
             }
         }
     }
@@ -186,7 +171,7 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
                 continue;
             }
             slot_position(g, slot + v, &oh[v], &ow0[v], &lanes[v]);
-            store[v] = lane_range(0, lanes[v]);
+            store[v] = tb_lanes_avx512(0, lanes[v]);
             fill_taps(g, v, oh[v], ow0[v], store[v], &t);
         }
         int64_t out0 = oh[0] * g->out_w + ow0[0], out1 = oh[1] * g->out_w + ow0[1];
@@ -196,8 +181,8 @@ void tb_conv_direct_avx512(const tb_conv_direct_args *args, int64_t slot_begin, 
             float *y = args->y + row0 * args->ldy;
             tile_out out = {.y0 = y + out0, .y1 = y + out1, .ldy = args->ldy, .store0 = store[0], .store1 = store[1],
                             .relu = relu, .prefetch = g->channels >= 8};
-            rows_by_count[g->stride_w == 2][rows](g, &t, taps, args->x, args->packed + row0 * k, args->bias ? args->bias + row0 : NULL,
-                                &out);
+            const float *bias = args->bias ? args->bias + row0 : NULL;
+            rows_by_count[g->stride_w == 2][rows](g, &t, taps, args->x, args->packed + row0 * k, bias, &out);
             for (int v = 0; v < 2 && post; v++) {
                 if (!lanes[v])
                     continue;

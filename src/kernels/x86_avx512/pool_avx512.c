@@ -8,22 +8,7 @@
 #include <stdint.h>
 
 #include "kernels/nn_kernels.h"
-
-/* Lanes l of [0, 16) with lo <= l < hi. */
-static inline __mmask16 lane_range_avx512(int64_t lo, int64_t hi) {
-    if (lo < 0)
-        lo = 0;
-    if (hi > 16)
-        hi = 16;
-    if (hi <= lo)
-        return 0;
-    return (__mmask16)((((uint32_t)1 << hi) - 1) & ~(((uint32_t)1 << lo) - 1));
-}
-
-/* Address of element `index` of row (index may be negative: only masked lanes are touched). */
-static inline const float *row_at_avx512(const float *row, int64_t index) {
-    return (const float *)((uintptr_t)row + (uintptr_t)(index * (int64_t)sizeof(float)));
-}
+#include "kernels/x86_avx512/lanes_avx512.h"
 
 /* The reference's window start along one axis: the first tap start + k * dilation that is >= 0. */
 static inline int64_t first_tap(int64_t start, int64_t dilation) {
@@ -116,8 +101,8 @@ static inline __attribute__((always_inline)) void column_block_init_avx512(const
                               _mm512_cmplt_epi32_mask(column, _mm512_set1_epi32((int)g->in_w));
             b->inside = false;
         } else {
-            b->low_mask[kw] = lane_range_avx512(-c, g->in_w - c);
-            b->high_mask[kw] = LOAD == TAPS_PAIRED ? lane_range_avx512(-(c + LANES), g->in_w - (c + LANES)) : 0xffff;
+            b->low_mask[kw] = tb_lanes_avx512(-c, g->in_w - c);
+            b->high_mask[kw] = LOAD == TAPS_PAIRED ? tb_lanes_avx512(-(c + LANES), g->in_w - (c + LANES)) : 0xffff;
             b->inside &= b->low_mask[kw] == 0xffff && b->high_mask[kw] == 0xffff;
         }
     }
@@ -136,7 +121,7 @@ static inline __attribute__((always_inline)) void take_if_greater_avx512(__m512 
 static inline __attribute__((always_inline)) __m512 load_avx512(const bool MASKED, const float *row, int64_t start,
                                                                 __mmask16 mask) {
     if (MASKED)
-        return _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mask, row_at_avx512(row, start));
+        return _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mask, tb_float_at(row, start));
     return _mm512_loadu_ps(row + start);
 }
 
