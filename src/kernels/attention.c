@@ -14,7 +14,6 @@
  * scaled_dot_product_attention does on CPU (both its math and flash backends). When asked, each row's
  * log-sum-exp (running max + log running sum) is written for the backward. */
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/gemm_internal.h"
@@ -60,8 +59,6 @@ typedef struct attention_job {
     int64_t chunk_rows;     /* query rows per chunk (a multiple of MR) */
     int64_t group;          /* query heads per KV head */
     int64_t dv_panels;      /* ceil(Dv / NR) */
-    atomic_int status;
-    size_t failed_bytes;
 } attention_job;
 
 /* A set of query rows handled together (at most MR, or TB_GEMM_SMALL_M_MAX when direct): row r is
@@ -231,7 +228,8 @@ static void query_rows(const attention_job *job, float *base, const scratch_layo
     }
 }
 
-static tb_status run_unit(attention_job *job, int64_t unit, size_t *failed_bytes) {
+static tb_status run_unit(void *context, int64_t unit, size_t *failed_bytes) {
+    const attention_job *job = context;
     const tb_attention_desc *d = job->d;
     const tb_gemm_microkernel *uk = job->uk;
     const int64_t nr = uk->nr, D = d->head_dim, Dv = d->value_dim;
@@ -295,23 +293,6 @@ static tb_status run_unit(attention_job *job, int64_t unit, size_t *failed_bytes
     return TB_OK;
 }
 
-static void attention_worker(void *context, int64_t begin, int64_t end, int thread_index) {
-    (void)thread_index;
-    attention_job *job = context;
-    for (int64_t unit = begin; unit < end; unit++) {
-        if (atomic_load_explicit(&job->status, memory_order_relaxed) != TB_OK)
-            return;
-        size_t failed_bytes = 0;
-        tb_status status = run_unit(job, unit, &failed_bytes);
-        if (status != TB_OK) {
-            int expected = TB_OK;
-            if (atomic_compare_exchange_strong(&job->status, &expected, (int)status))
-                job->failed_bytes = failed_bytes;
-            return;
-        }
-    }
-}
-
 const tb_attention_kernels *tb_attention_kernels_for(tb_isa isa) {
 #if defined(TB_HAVE_X86)
     if (isa == TB_ISA_AVX512)
@@ -338,7 +319,6 @@ tb_status tb_attention_f32_isa(const tb_attention_desc *desc, tb_isa isa) {
     job.ak = tb_attention_kernels_for(isa);
     job.group = d->q_heads / d->kv_heads;
     job.dv_panels = (d->value_dim + job.uk->nr - 1) / job.uk->nr;
-    atomic_init(&job.status, TB_OK);
 
     /* Work: ~2 (D + Dv) multiply-adds per (query, key) pair (halved when causal). */
     double work = (double)d->batch * (double)d->q_heads * (double)d->q_len * (double)(d->kv_len + 1) *
@@ -354,13 +334,10 @@ tb_status tb_attention_f32_isa(const tb_attention_desc *desc, tb_isa isa) {
     job.chunks = (d->q_len + job.chunk_rows - 1) / job.chunk_rows;
 
     int64_t units = units_per_chunk * job.chunks;
-    if (threads <= 1)
-        attention_worker(&job, 0, units, 0);
-    else
-        tb_parallel_for(units, 1, attention_worker, &job);
-    tb_status status = (tb_status)atomic_load(&job.status);
+    size_t failed_bytes;
+    tb_status status = tb_run_units(run_unit, &job, units, threads > 1, &failed_bytes);
     if (status != TB_OK)
-        return tb_error_set(status, "attention: could not allocate %zu bytes of scratch", job.failed_bytes);
+        return tb_error_set(status, "attention: could not allocate %zu bytes of scratch", failed_bytes);
     return TB_OK;
 }
 

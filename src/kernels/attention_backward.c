@@ -7,7 +7,6 @@
  * so no two units write the same gradient element. With fewer units than threads the units run one
  * after another and the GEMMs inside spread over the pool instead (nested regions run inline). */
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/gemm.h"
@@ -59,8 +58,6 @@ typedef struct backward_job {
     const tb_attention_backward_desc *d;
     const tb_attention_kernels *ak; /* the active ISA's softmax row helpers */
     int64_t group; /* query heads per KV head */
-    atomic_int status;
-    size_t failed_bytes;
 } backward_job;
 
 /* Row i of head h, batch entry b of a [B, H, T, *] operand. */
@@ -155,7 +152,8 @@ static tb_status query_block(const tb_attention_backward_desc *d, const tb_atten
     return gemm(kv, D, rows, ds, 1, kv, q, qs, 1, gk, d->grad_k_strides[2], d->scale, 1.0f);
 }
 
-static tb_status run_unit(backward_job *job, int64_t unit, size_t *failed_bytes) {
+static tb_status run_unit(void *context, int64_t unit, size_t *failed_bytes) {
+    const backward_job *job = context;
     const tb_attention_backward_desc *d = job->d;
     int64_t g = unit % d->kv_heads, b = unit / d->kv_heads;
     if (d->head_dim > 0 && d->kv_len > 0)
@@ -184,23 +182,6 @@ static tb_status run_unit(backward_job *job, int64_t unit, size_t *failed_bytes)
     return status;
 }
 
-static void backward_worker(void *context, int64_t begin, int64_t end, int thread_index) {
-    (void)thread_index;
-    backward_job *job = context;
-    for (int64_t unit = begin; unit < end; unit++) {
-        if (atomic_load_explicit(&job->status, memory_order_relaxed) != TB_OK)
-            return;
-        size_t failed_bytes = 0;
-        tb_status status = run_unit(job, unit, &failed_bytes);
-        if (status != TB_OK) {
-            int expected = TB_OK;
-            if (atomic_compare_exchange_strong(&job->status, &expected, (int)status))
-                job->failed_bytes = failed_bytes;
-            return;
-        }
-    }
-}
-
 tb_status tb_attention_backward_f32(const tb_attention_backward_desc *desc) {
     TB_TRY(validate(desc));
     const tb_attention_backward_desc *d = desc;
@@ -211,15 +192,12 @@ tb_status tb_attention_backward_f32(const tb_attention_backward_desc *desc) {
     job.d = d;
     job.ak = tb_attention_kernels_for(tb_isa_active());
     job.group = d->q_heads / d->kv_heads;
-    atomic_init(&job.status, TB_OK);
     int64_t units = d->batch * d->kv_heads;
-    if (units >= tb_num_threads() && !tb_in_parallel_region())
-        tb_parallel_for(units, 1, backward_worker, &job);
-    else
-        backward_worker(&job, 0, units, 0);
-    tb_status status = (tb_status)atomic_load(&job.status);
-    if (status != TB_OK && job.failed_bytes > 0)
-        return tb_error_set(status, "attention backward: could not allocate %zu bytes of scratch", job.failed_bytes);
+    size_t failed_bytes;
+    tb_status status = tb_run_units(run_unit, &job, units, units >= tb_num_threads() && !tb_in_parallel_region(),
+                                    &failed_bytes);
+    if (status != TB_OK && failed_bytes > 0)
+        return tb_error_set(status, "attention backward: could not allocate %zu bytes of scratch", failed_bytes);
     if (status != TB_OK) /* the GEMM's message was set on the worker's thread */
         return tb_error_set(status, "attention backward: a GEMM failed (%s)", tb_status_name(status));
     return TB_OK;

@@ -123,8 +123,6 @@ typedef struct gemm_job {
     bool skip_product; /* k == 0 or alpha == 0: C = beta * C, then the epilogue */
     int64_t m_tiles, n_tiles; /* register tiles along M and N */
     int64_t grid_m, grid_n;   /* cells per batch entry */
-    atomic_int status;
-    size_t failed_bytes;
 } gemm_job;
 
 static void pack_a_block(const gemm_job *job, const float *a, int64_t rows, int64_t kc, float *dst) {
@@ -296,25 +294,49 @@ static void cell_bounds(const gemm_job *job, int64_t index, int64_t *batch_index
         *n1 = n;
 }
 
-static void gemm_worker(void *context, int64_t begin, int64_t end, int thread_index) {
+typedef struct unit_loop {
+    tb_unit_fn run;
+    void *context;
+    atomic_int status;
+    size_t failed_bytes;
+} unit_loop;
+
+static void unit_worker(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
-    gemm_job *job = context;
-    for (int64_t index = begin; index < end; index++) {
-        if (atomic_load_explicit(&job->status, memory_order_relaxed) != TB_OK)
+    unit_loop *loop = context;
+    for (int64_t unit = begin; unit < end; unit++) {
+        if (atomic_load_explicit(&loop->status, memory_order_relaxed) != TB_OK)
             return;
-        int64_t batch_index, m0, m1, n0, n1;
-        cell_bounds(job, index, &batch_index, &m0, &m1, &n0, &n1);
-        if (m0 >= m1 || n0 >= n1)
-            continue;
         size_t failed_bytes = 0;
-        tb_status status = run_cell(job, batch_index, m0, m1, n0, n1, &failed_bytes);
+        tb_status status = loop->run(loop->context, unit, &failed_bytes);
         if (status != TB_OK) {
             int expected = TB_OK;
-            if (atomic_compare_exchange_strong(&job->status, &expected, (int)status))
-                job->failed_bytes = failed_bytes; /* only the first failure writes; read after the join */
+            if (atomic_compare_exchange_strong(&loop->status, &expected, (int)status))
+                loop->failed_bytes = failed_bytes; /* only the first failure writes; read after the join */
             return;
         }
     }
+}
+
+tb_status tb_run_units(tb_unit_fn run, void *context, int64_t count, bool parallel, size_t *failed_bytes) {
+    unit_loop loop = {.run = run, .context = context, .failed_bytes = 0};
+    atomic_init(&loop.status, TB_OK);
+    if (parallel)
+        tb_parallel_for(count, 1, unit_worker, &loop);
+    else
+        unit_worker(&loop, 0, count, 0);
+    *failed_bytes = loop.failed_bytes;
+    return (tb_status)atomic_load(&loop.status);
+}
+
+/* Grid cell `index`: its bounds, then the packed product (empty cells do nothing). */
+static tb_status run_cell_unit(void *context, int64_t index, size_t *failed_bytes) {
+    gemm_job *job = context;
+    int64_t batch_index, m0, m1, n0, n1;
+    cell_bounds(job, index, &batch_index, &m0, &m1, &n0, &n1);
+    if (m0 >= m1 || n0 >= n1)
+        return TB_OK;
+    return run_cell(job, batch_index, m0, m1, n0, n1, failed_bytes);
 }
 
 /* Picks the grid (grid_m x grid_n cells per batch entry) minimising the slowest thread's work: whole
@@ -375,7 +397,6 @@ tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa) {
     job.skip_product = d->k == 0 || d->alpha == 0.0f;
     job.m_tiles = (d->m + job.uk->mr - 1) / job.uk->mr;
     job.n_tiles = (d->n + job.uk->nr - 1) / job.uk->nr;
-    atomic_init(&job.status, TB_OK);
 
     double macs = (double)d->m * (double)d->n * (double)(d->k > 0 ? d->k : 1) * (double)d->batch;
     int threads = macs < (double)TB_GEMM_PARALLEL_MIN_MACS || tb_in_parallel_region() ? 1 : tb_num_threads();
@@ -389,14 +410,10 @@ tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa) {
     }
     choose_grid(&job, threads);
     int64_t cells = d->batch * job.grid_m * job.grid_n;
-    if (threads <= 1)
-        gemm_worker(&job, 0, cells, 0);
-    else
-        tb_parallel_for(cells, 1, gemm_worker, &job);
-
-    tb_status status = (tb_status)atomic_load(&job.status);
+    size_t failed_bytes;
+    tb_status status = tb_run_units(run_cell_unit, &job, cells, threads > 1, &failed_bytes);
     if (status != TB_OK)
-        return tb_error_set(status, "gemm_f32: could not allocate %zu bytes of packing scratch", job.failed_bytes);
+        return tb_error_set(status, "gemm_f32: could not allocate %zu bytes of packing scratch", failed_bytes);
     return TB_OK;
 }
 

@@ -103,6 +103,14 @@ void tb_gemm_epilogue_portable(float *c, int64_t c_row_stride, int rows, int col
 typedef enum tb_scratch_slot { TB_SCRATCH_GEMM = 0, TB_SCRATCH_ATTENTION, TB_SCRATCH_SLOT_COUNT } tb_scratch_slot;
 tb_status tb_kernel_scratch(tb_scratch_slot slot, size_t bytes, float **out);
 
+/* Fallible work units (GEMM cells, attention units) over the thread pool: run(context, unit,
+ * &failed_bytes) for every unit of [0, count), on the pool when `parallel`, else on the caller. After
+ * the first failure the remaining units are skipped; its status is returned and, when it was an
+ * allocation, *failed_bytes says how much (the unit's error message, if any, was set on another
+ * thread, so the caller words its own). */
+typedef tb_status (*tb_unit_fn)(void *context, int64_t unit, size_t *failed_bytes);
+tb_status tb_run_units(tb_unit_fn run, void *context, int64_t count, bool parallel, size_t *failed_bytes);
+
 /* The micro-kernel table for an ISA (the scalar one for ISAs without their own). */
 const tb_gemm_microkernel *tb_gemm_microkernel_for(tb_isa isa);
 
