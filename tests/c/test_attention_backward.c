@@ -358,6 +358,11 @@ static void test_graph_ops(void) {
     /* a wrong lse shape is refused when the node is added */
     int bad_inputs[7] = {grad_out, q, k, v, first, q, mask}, unused;
     TB_CHECK(tb_graph_add_node(g, TB_OP_ATTENTION_BACKWARD, &p, 7, bad_inputs, &unused, NULL) == TB_ERR_SHAPE);
+    TB_CHECK(strstr(tb_error_message(), "logsumexp") != NULL);
+    /* so is a gradient of another shape than the output's */
+    int bad_grad[7] = {k, q, k, v, first, first + 1, mask};
+    TB_CHECK(tb_graph_add_node(g, TB_OP_ATTENTION_BACKWARD, &p, 7, bad_grad, &unused, NULL) == TB_ERR_SHAPE);
+    TB_CHECK(strstr(tb_error_message(), "grad_out") != NULL);
     TB_CHECK(tb_graph_add_output(g, first) == TB_OK);
     TB_CHECK(tb_graph_add_output(g, first + 1) == TB_OK);
     TB_CHECK(tb_graph_add_output(g, grads + 1) == TB_OK);

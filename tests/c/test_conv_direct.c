@@ -4,8 +4,12 @@
  * and the activation + residual epilogue, and guard bytes around every output. */
 #include <math.h>
 
+#include <string.h>
+
 #include "kernels/nn_kernels.h"
 #include "tb_test.h"
+#include "torchburn/alloc.h"
+#include "torchburn/ops_nn.h"
 
 typedef struct direct_case {
     int64_t channels, in_h, in_w, kernel_h, kernel_w, stride_h, pad_top, pad_left, dilation_h, dilation_w, stride_w;
@@ -131,8 +135,36 @@ static void test_panel_rows(void) {
     }
 }
 
+/* Every allocation of a convolution that takes the direct path (staging, folded weights, packed
+ * panels, output) failing in turn: a clean TB_ERR_OUT_OF_MEMORY saying what failed, an untouched
+ * (zeroed) output, nothing leaked (the sanitizer build checks), and success once memory is back. */
+static void test_out_of_memory(void) {
+    int64_t xs[4] = {2, 4, 6, 20}, ws[4] = {16, 4, 3, 3};
+    tb_tensor x, w, out;
+    TB_CHECK(tb_tensor_empty(TB_F32, 4, xs, TB_ALLOC_ZERO, &x) == TB_OK);
+    TB_CHECK(tb_tensor_empty(TB_F32, 4, ws, TB_ALLOC_ZERO, &w) == TB_OK);
+    tb_conv2d_params params = {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+    tb_status status = TB_ERR_OUT_OF_MEMORY;
+    int64_t successes = 0;
+    for (; status == TB_ERR_OUT_OF_MEMORY && successes < 64; successes++) {
+        memset(&out, 0, sizeof out);
+        tb_alloc_fail_after(successes);
+        status = tb_op_conv2d(&x, &w, NULL, &params, &out);
+        tb_alloc_fail_after(-1);
+        if (status == TB_ERR_OUT_OF_MEMORY)
+            TB_CHECK_MSG(out.storage == NULL && strstr(tb_error_message(), "allocation of") != NULL,
+                         "after %lld allocations: '%s'", (long long)successes, tb_error_message());
+    }
+    TB_CHECK_MSG(status == TB_OK && successes > 1, "%s after %lld allocations", tb_status_name(status),
+                 (long long)successes);
+    tb_tensor_release(&out);
+    tb_tensor_release(&x);
+    tb_tensor_release(&w);
+}
+
 int main(void) {
     test_panel_rows();
+    test_out_of_memory();
     static const tb_isa isas[] = {TB_ISA_SCALAR, TB_ISA_AVX2, TB_ISA_AVX512};
     for (int i = 0; i < 3; i++)
         if (tb_isa_supported(isas[i]))

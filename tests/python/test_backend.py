@@ -536,6 +536,31 @@ def test_select_and_slice_backward_run_natively():
     torch.testing.assert_close(w.grad, w_ref.grad)
 
 
+def test_strided_slice_backward_falls_back():
+    # slice_backward with a step (x[:, ::2]) is not lowered: it runs in PyTorch, the rest stays
+    # native, and the gradients still equal eager's
+    def fn(x, w):
+        h = (x @ w).tanh()
+        return (h[:, ::2] * 3).sum(-1) + h[:, 1:4].sum(-1)
+
+    x = torch.randn(5, 8, requires_grad=True)
+    w = torch.randn(8, 10, requires_grad=True)
+    x_ref, w_ref = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TorchburnFallbackWarning)
+        report = torchburn.explain(fn, x, w)
+        torch._dynamo.reset()
+        out = compiled(fn)(x, w)
+    assert any("slice_backward" in op for op in report.fallback_ops), report
+    assert any("slice_backward" in op for op in report.native_ops), report  # the step-1 slice
+    out.sum().backward()
+    expected = fn(x_ref, w_ref)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
 # ---- cache ---------------------------------------------------------------------------------------
 
 
