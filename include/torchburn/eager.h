@@ -76,7 +76,7 @@ TB_API TB_NODISCARD tb_status tb_eager_binary_backward(tb_pw_binary op, int whic
                                                        tb_eager_operand a, tb_eager_operand b, const tb_tensor *y,
                                                        const tb_pw_params *params, tb_tensor *out);
 
-/* ---- reductions ---- */
+/* ---- reductions (their `out` is always a new tensor: any previous content is ignored) ---- */
 #define TB_EAGER_REDUCE_LIST(X) \
     X(SUM, "sum") X(PROD, "prod") X(MEAN, "mean") X(AMAX, "amax") X(AMIN, "amin") X(ALL, "all") X(ANY, "any") \
     X(NANSUM, "nansum") X(LOGSUMEXP, "logsumexp") X(COUNT_NONZERO, "count_nonzero")

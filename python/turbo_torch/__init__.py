@@ -387,3 +387,6 @@ from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set
 from .autograd import is_inference_mode_enabled  # noqa: E402,F401
 
 _install_tensor_methods()
+
+result_type = _C._tt_result_type
+promote_types = _C._tt_promote_types

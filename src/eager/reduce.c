@@ -185,7 +185,7 @@ static int64_t reduce_row_i(tb_eager_reduce_op op, const int64_t *x, int64_t n) 
 /* float32 contiguous input reduced over a trailing block: the SIMD row kernels. */
 static bool try_simd_rows(tb_eager_reduce_op op, const tb_tensor *x, uint32_t dim_mask, bool keepdim,
                           tb_dtype out_dtype, tb_tensor *out) {
-    if (x->dtype != TB_F32 || out_dtype != TB_F32 || out->storage || !tb_tensor_is_contiguous(x) || x->ndim == 0)
+    if (x->dtype != TB_F32 || out_dtype != TB_F32 || !tb_tensor_is_contiguous(x) || x->ndim == 0)
         return false;
     int kernel;
     switch (op) {
@@ -234,6 +234,7 @@ static bool try_simd_rows(tb_eager_reduce_op op, const tb_tensor *x, uint32_t di
 
 tb_status tb_eager_reduce(tb_eager_reduce_op op, const tb_tensor *x, uint32_t dim_mask, bool keepdim, tb_dtype out_dtype,
                           tb_tensor *out) {
+    memset(out, 0, sizeof *out);
     if ((unsigned)op >= TB_EAGER_REDUCE_COUNT)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "reduction %d does not exist", (int)op);
     /* the SIMD path sums f32 rows in f32 with several accumulators (as torch's cascade does); long rows
@@ -280,6 +281,7 @@ tb_status tb_eager_reduce(tb_eager_reduce_op op, const tb_tensor *x, uint32_t di
 
 tb_status tb_eager_var(const tb_tensor *x, uint32_t dim_mask, double correction, bool keepdim, bool take_sqrt,
                        tb_tensor *out) {
+    memset(out, 0, sizeof *out);
     reduce_layout layout;
     TB_TRY(make_layout(x, dim_mask, keepdim, TB_DOMAIN_F64, &layout));
     tb_tensor result;
@@ -316,6 +318,7 @@ tb_status tb_eager_var(const tb_tensor *x, uint32_t dim_mask, double correction,
 }
 
 tb_status tb_eager_norm(const tb_tensor *x, double p, uint32_t dim_mask, bool keepdim, tb_dtype out_dtype, tb_tensor *out) {
+    memset(out, 0, sizeof *out);
     reduce_layout layout;
     TB_TRY(make_layout(x, dim_mask, keepdim, TB_DOMAIN_F64, &layout));
     tb_tensor result;
@@ -435,6 +438,7 @@ tb_status tb_eager_max_dim(bool is_max, const tb_tensor *x, int64_t dim, bool ke
 }
 
 tb_status tb_eager_cumulative(bool is_prod, const tb_tensor *x, int64_t dim, tb_dtype out_dtype, tb_tensor *out) {
+    memset(out, 0, sizeof *out);
     int d = 0;
     if (x->ndim > 0)
         TB_TRY(tb_normalize_dim(dim, x->ndim, &d));
