@@ -103,6 +103,11 @@ extern "C" {
 
 #define TB_PW_UNARY_LIST(X) TB_PW_UNARY_FLOAT_LIST(X) TB_PW_UNARY_SAME_LIST(X) TB_PW_UNARY_TEST_LIST(X)
 
+/* Unary ops whose derivative reads only their result (autograd saves y, not x, as PyTorch does: an
+ * in-place change of the input after the op is then not an error). All others save only x. */
+#define TB_PW_GRAD_FROM_RESULT_LIST(X) X(EXP) X(EXP2) X(EXPM1) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RECIPROCAL) \
+    X(RELU) X(TAN) X(ERFINV)
+
 typedef enum tb_pw_unary {
 #define TB_PW_UNARY_ENUM(id, name, simd) TB_PW_##id,
     TB_PW_UNARY_LIST(TB_PW_UNARY_ENUM)

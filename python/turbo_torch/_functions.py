@@ -200,6 +200,8 @@ def nanmean(input: Tensor, dim: Any = None, keepdim: _py_bool = False) -> Tensor
 
 
 def prod(input: Tensor, dim: Any = None, keepdim: _py_bool = False, *, dtype: Any = None) -> Tensor:
+    if isinstance(dim, (tuple, list)):
+        raise TypeError("prod(): argument 'dim' (position 2) must be int, not tuple")
     return _reduce("prod", input, dim, keepdim, dtype)
 
 
@@ -763,5 +765,7 @@ def _size_arg(size: Sequence[Any]) -> tuple:
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (list, tuple)) else tuple(size)
 
 
+_NOT_EXPORTED = {"Any", "Optional", "Sequence", "dtype", "Tensor", "float32", "float64", "int64"}
 __all__ = sorted(set(__all__) | {n for n, v in list(globals().items())
-                                 if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == __name__})
+                                 if not n.startswith("_") and callable(v) and n not in _NOT_EXPORTED
+                                 and not isinstance(v, type(collections))})

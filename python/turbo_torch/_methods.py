@@ -458,7 +458,7 @@ def install() -> None:
             continue
         if name in ("item", "tolist", "to", "size", "stride", "numpy", "is_floating_point"):
             continue
-        setattr(Tensor, name, fn)
+        setattr(Tensor, name, _as_method(fn))
     Tensor.where = lambda self, condition, other: F.where(condition, self, other)
     Tensor.repeat = F.repeat_tensor
     Tensor.clamp_ = lambda self, min=None, max=None: self.copy_(F.clamp(self, min, max)) if not self.requires_grad \
@@ -470,6 +470,16 @@ def install() -> None:
         setattr(Tensor, name + "_", _inplace(name))
     for alias, name in (("mul_", "mul"), ("div_", "div"), ("sub_", "sub"), ("add_", "add"), ("pow_", "pow")):
         setattr(Tensor, alias, _inplace(name))
+
+
+def _as_method(fn: Any) -> Any:
+    """C functions are not descriptors: wrap them so that x.exp() passes x."""
+    if isinstance(fn, type(len)):
+        def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+            return fn(self, *args, **kwargs)
+        method.__name__ = getattr(fn, "__name__", "method").replace("_tt_", "")
+        return method
+    return fn
 
 
 class _Handle:

@@ -21,7 +21,7 @@ def _float_formatter(values: List[float]):
         if nonzero:
             big, small = max(nonzero), min(nonzero)
             if int_mode:
-                sci = big > 1e8
+                sci = big / small > 1000.0 or big > 1e8
             else:
                 sci = big / small > 1000.0 or big > 1e8 or small < 1e-4
     if int_mode and not sci:
@@ -115,7 +115,9 @@ def tensor_repr(t: Any) -> str:
             fmt = _float_formatter([float(v) for v in shown])
         else:
             fmt = lambda v: str(int(v))  # noqa: E731
-        width = max(len(fmt(v)) for v in shown)
+        # non-finite values are not padded to, and do not widen, the column (as torch prints them)
+        finite = [v for v in shown if not (isinstance(v, float) and not math.isfinite(v))]
+        width = max(len(fmt(v)) for v in (finite or shown))
         body = _nested(flat, shape, fmt, width, len("tensor("), summarize)
     if dtype not in (_types.float32, _types.int64, _types.bool_):
         suffixes.append(f"dtype={dtype!r}")

@@ -281,6 +281,11 @@ tb_status tb_eager_unary(tb_pw_unary op, const tb_tensor *x, const tb_pw_params 
     if (op == TB_PW_NEG && compute_dtype == TB_BOOL)
         return tb_error_set(TB_ERR_DTYPE, "Negation, the `-` operator, on a bool tensor is not supported. "
                                           "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+    if (compute_dtype == TB_BOOL && (op == TB_PW_ABS || op == TB_PW_FLOOR || op == TB_PW_CEIL || op == TB_PW_TRUNC ||
+                                     op == TB_PW_ROUND || op == TB_PW_SQUARE))
+        return tb_error_set(TB_ERR_DTYPE, "\"%s_cpu\" not implemented for 'Bool'", info->name);
+    if (compute_dtype == TB_BOOL && op == TB_PW_RELU)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "Boolean inputs not supported for relu");
     if (info->kind == TB_PW_KIND_FLOAT && domain == TB_DOMAIN_I64)
         return tb_error_set(TB_ERR_INTERNAL, "%s computes in a float dtype", info->name);
     tb_pw_params p = params ? *params : (tb_pw_params){0};

@@ -165,9 +165,16 @@ typedef struct capture {
     tb_tensor grad;
 } capture;
 
+typedef struct leaf_grad {
+    PyObject *leaf; /* borrowed: the graph holds it */
+    tb_tensor grad;
+} leaf_grad;
+
 typedef struct engine {
     tt_node **nodes;
     Py_ssize_t count, capacity;
+    leaf_grad *leaves; /* every contribution to a leaf is summed before its hooks run, as in torch */
+    int n_leaves, leaf_capacity;
     capture *captures;
     int n_captures;
     int retain_graph;
@@ -242,6 +249,29 @@ static int run_hooks(PyObject *hooks, tb_tensor *g) {
 }
 
 static int accumulate_leaf(engine *e, PyObject *leaf, tb_tensor *g) {
+    for (int i = 0; i < e->n_leaves; i++)
+        if (e->leaves[i].leaf == leaf)
+            return accumulate(&e->leaves[i].grad, g) == TB_OK ? 0 : (tt_raise(TB_ERR_OUT_OF_MEMORY), -1);
+    if (e->n_leaves == e->leaf_capacity) {
+        int cap = e->leaf_capacity ? e->leaf_capacity * 2 : 16;
+        leaf_grad *grown = PyMem_Realloc(e->leaves, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            tb_tensor_release(g);
+            PyErr_NoMemory();
+            return -1;
+        }
+        e->leaves = grown;
+        e->leaf_capacity = cap;
+    }
+    e->leaves[e->n_leaves].leaf = leaf;
+    memset(&e->leaves[e->n_leaves].grad, 0, sizeof(tb_tensor));
+    tb_status status = accumulate(&e->leaves[e->n_leaves].grad, g);
+    e->n_leaves++;
+    return status == TB_OK ? 0 : (tt_raise(status), -1);
+}
+
+/* Runs the leaf's hooks on its summed gradient, then stores it (.grad, or the capture of autograd.grad). */
+static int flush_leaf(engine *e, PyObject *leaf, tb_tensor *g) {
     tt_tensor *t = (tt_tensor *)leaf;
     if (run_hooks(t->hooks, g) != 0)
         return -1;
@@ -486,6 +516,11 @@ static int run_engine(engine *e, int n_roots, PyObject **roots, tb_tensor *root_
     PyMem_Free(ready);
     for (Py_ssize_t i = 0; i < total; i++)
         tb_tensor_release(&e->nodes[i]->grad);
+    for (int i = 0; i < e->n_leaves; i++) {
+        if (result == 0 && flush_leaf(e, e->leaves[i].leaf, &e->leaves[i].grad) != 0)
+            result = -1;
+        tb_tensor_release(&e->leaves[i].grad);
+    }
     return result;
 }
 
@@ -526,6 +561,9 @@ static int root_gradient(PyObject *root, PyObject *given, int index, tb_tensor *
 
 static void engine_free(engine *e) {
     PyMem_Free(e->nodes);
+    for (int i = 0; i < e->n_leaves; i++)
+        tb_tensor_release(&e->leaves[i].grad);
+    PyMem_Free(e->leaves);
     for (int i = 0; i < e->n_captures; i++)
         tb_tensor_release(&e->captures[i].grad);
     PyMem_Free(e->captures);

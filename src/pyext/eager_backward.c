@@ -212,7 +212,7 @@ static tb_status var_backward(tt_node *node, const tb_tensor *g, tb_tensor *grad
         status = binary(TB_PWB_SUB, x, &mean, &centered);
     double denom = (double)count - node->params.alpha;
     if (status == TB_OK)
-        status = binary_scalar(TB_PWB_MUL, &centered, 2.0 / (denom > 0 ? denom : 0.0), &scaled);
+        status = binary_scalar(TB_PWB_MUL, &centered, 2.0 / denom, &scaled); /* N - c may be negative, as in torch */
     if (status == TB_OK)
         status = expand_reduced(g, mask, 0, ndim, shape, &ge);
     if (status == TB_OK) {
@@ -508,9 +508,11 @@ tb_status tt_node_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads);
 
 tb_status tt_node_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
     switch (node->kind) {
-    case TT_NODE_UNARY:
-        return tb_eager_unary_backward((tb_pw_unary)node->op, g, &node->saved[0].tensor, &node->saved[1].tensor,
-                                       &node->params, &grads[0]);
+    case TT_NODE_UNARY: {
+        /* one of x (slot 0) and y (slot 1) is saved; the derivative formula ignores the other */
+        const tb_tensor *saved = node->saved[0].present ? &node->saved[0].tensor : &node->saved[1].tensor;
+        return tb_eager_unary_backward((tb_pw_unary)node->op, g, saved, saved, &node->params, &grads[0]);
+    }
     case TT_NODE_BINARY: {
         for (int which = 0; which < 2; which++) {
             if (!node->edges[which])

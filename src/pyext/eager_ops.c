@@ -355,8 +355,15 @@ PyObject *tt_unary(int op, PyObject *x, const tb_pw_params *params, PyObject *ou
             node->params = *params;
         else if (op == TB_PW_CLAMP)
             node->params = (tb_pw_params){0, -INFINITY, INFINITY};
-        tt_node_save(node, 0, tt_data(x));
-        tt_node_save(node, 1, tt_data(wrapped));
+        /* save what the derivative reads; the backward gets the saved tensor in both slots */
+        switch (op) {
+#define FROM_RESULT(id) case TB_PW_##id:
+        TB_PW_GRAD_FROM_RESULT_LIST(FROM_RESULT)
+#undef FROM_RESULT
+            tt_node_save(node, 1, tt_data(wrapped));
+            break;
+        default: tt_node_save(node, 0, tt_data(x)); break;
+        }
         tt_set_grad_fn(wrapped, node);
     }
     return wrapped;

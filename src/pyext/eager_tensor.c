@@ -31,6 +31,10 @@ PyObject *tt_raise(tb_status status) {
         PyErr_SetString(PyExc_RuntimeError, message);
         return NULL;
     }
+    if (status == TB_ERR_DTYPE && strstr(message, "not implemented for")) {
+        PyErr_SetString(PyExc_NotImplementedError, message);
+        return NULL;
+    }
     PyErr_SetString(PyExc_RuntimeError, message[0] ? message : tb_status_name(status));
     return NULL;
 }

@@ -97,7 +97,9 @@ BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "fmax", "fmin", "ata
 @pytest.mark.parametrize("name", BINARY)
 def test_binary_float(name, dtype):
     low = 0.5 if name in ("pow", "xlogy") else -3
-    check_op(lambda m, x: getattr(m, name)(x[0], x[1]), [(3, 4), (3, 4)], dtype, low=low, high=3)
+    # torch records floor_divide but raises "derivative not implemented" at backward: compare forward only
+    check_op(lambda m, x: getattr(m, name)(x[0], x[1]), [(3, 4), (3, 4)], dtype, low=low, high=3,
+             grad=name != "floor_divide")
 
 
 @pytest.mark.parametrize("shapes", [[(3, 1), (1, 4)], [(2, 3, 4), (4,)], [(5,), ()], [(), ()], [(0, 3), (1, 3)],
@@ -351,7 +353,7 @@ def test_sorting(index):
 
 MISC = [lambda m, x: m.clamp(x[0], -1, 1), lambda m, x: m.clamp(x[0], min=0.5), lambda m, x: m.clamp(x[0], max=-0.5),
         lambda m, x: m.lerp(x[0], x[1], 0.3), lambda m, x: m.nan_to_num(x[0] / 0), lambda m, x: x[0] ** 2,
-        lambda m, x: x[0] ** 0.5 if m is torch else x[0].abs() ** 0.5, lambda m, x: 2 ** x[0], lambda m, x: 1 - x[0],
+        lambda m, x: x[0] ** 3, lambda m, x: 2 ** x[0], lambda m, x: 1 - x[0],
         lambda m, x: 3 / x[0], lambda m, x: -x[0], lambda m, x: abs(x[0]), lambda m, x: x[0] // 0.7,
         lambda m, x: x[0] % 0.7, lambda m, x: x[0] % -0.7, lambda m, x: m.div(x[0], x[1], rounding_mode="floor"),
         lambda m, x: m.div(x[0], x[1], rounding_mode="trunc"), lambda m, x: m.sub(x[0], x[1], alpha=2),
@@ -362,7 +364,7 @@ MISC = [lambda m, x: m.clamp(x[0], -1, 1), lambda m, x: m.clamp(x[0], min=0.5), 
 
 @pytest.mark.parametrize("index", range(len(MISC)))
 def test_misc_math(index):
-    grad = index != 6
+    grad = index not in (12, 15)  # floor division: torch raises "derivative not implemented"
     check_op(MISC[index], [(3, 4), (3, 4)], "float32", grad=grad)
 
 
@@ -473,8 +475,10 @@ def test_backward_twice_and_retain_graph():
 def test_inplace_version_counter():
     for m in (torch, tt):
         a = m.tensor([1.0, 2.0], requires_grad=True)
+        e = (a * 1).exp()
+        e.detach()  # exp saves only its result: modifying the input afterwards is fine
         b = a * 1
-        c = b.exp()
+        c = b.sin()  # sin saves its input (exp would save only its result, and not notice)
         b.add_(1)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             c.sum().backward()
@@ -592,7 +596,7 @@ def test_dispatch_cache_hits_and_no_stale_reuse():
     r = a + tt.tensor(2.0, dtype=tt.float64)
     assert r.dtype is tt.float32
     r = tt.ones(4, dtype=tt.int64) + tt.tensor(2.0, dtype=tt.float64)
-    assert r.dtype is tt.float32
+    assert r.dtype is tt.float64  # a 0-dim tensor of a higher category wins with its own dtype
     assert tt.runtime.cache_info()["misses"] >= 5
     # shapes are not in the key: broadcasting is still exact on a hit
     assert (tt.ones(2, 1) + tt.ones(3)).shape == (2, 3)

@@ -36,7 +36,7 @@ def make_input(shape: Sequence[int], dtype: str, low: float = -3.0, high: float 
 def to_pair(array: np.ndarray, dtype: str, transpose: bool = False):
     torch_dtype, tt_dtype = DTYPES[dtype]
     a = torch.tensor(array).to(torch_dtype)
-    b = tt.tensor(array.tolist() if array.ndim else array.item(), dtype=tt_dtype)
+    b = tt.tensor(array.tolist() if array.ndim else array.item(), dtype=tt_dtype).reshape(array.shape)
     if transpose and a.ndim >= 2:
         a = a.transpose(-1, -2).contiguous().transpose(-1, -2)
         b = b.transpose(-1, -2).contiguous().transpose(-1, -2)
@@ -130,7 +130,8 @@ def check_op(fn: Callable[[Any, Sequence[Any]], Any], shapes: Sequence[Sequence[
     grads_t = torch.autograd.grad(outputs_t, torch_inputs, [torch.tensor(s).to(o.dtype) for s, o in zip(seeds, outputs_t)],
                                   allow_unused=True)
     grads_o = tt.autograd.grad(outputs_o, tt_inputs, [tt.tensor(s.tolist() if s.ndim else s.item(), dtype=o.dtype)
-                                                      for s, o in zip(seeds, outputs_o)], allow_unused=True)
+                                                      .reshape(s.shape) for s, o in zip(seeds, outputs_o)],
+                               allow_unused=True)
     for i, (gt, go) in enumerate(zip(grads_t, grads_o)):
         if gt is None:
             assert go is None or float(go.abs().sum()) == 0, f"grad[{i}]: torch gives None"
