@@ -769,3 +769,40 @@ _NOT_EXPORTED = {"Any", "Optional", "Sequence", "dtype", "Tensor", "float32", "f
 __all__ = sorted(set(__all__) | {n for n, v in list(globals().items())
                                  if not n.startswith("_") and callable(v) and n not in _NOT_EXPORTED
                                  and not isinstance(v, type(collections))})
+
+
+# ---- activations with parameters (torch.nn.functional's signatures) ---------------------------
+
+def softplus(input: Tensor, beta: Any = 1.0, threshold: Any = 20.0) -> Tensor:
+    return _unary_params("softplus", input, beta, threshold)
+
+
+def elu(input: Tensor, alpha: Any = 1.0, inplace: _py_bool = False) -> Tensor:
+    return _unary_params("elu", input, alpha)
+
+
+def celu(input: Tensor, alpha: Any = 1.0, inplace: _py_bool = False) -> Tensor:
+    return _unary_params("celu", input, alpha)
+
+
+def leaky_relu(input: Tensor, negative_slope: Any = 0.01, inplace: _py_bool = False) -> Tensor:
+    return _unary_params("leaky_relu", input, negative_slope)
+
+
+def hardtanh(input: Tensor, min_val: Any = -1.0, max_val: Any = 1.0, inplace: _py_bool = False) -> Tensor:
+    return _unary_params("hardtanh", input, 0.0, min_val, max_val)
+
+
+def relu6(input: Tensor, inplace: _py_bool = False) -> Tensor:
+    return hardtanh(input, 0.0, 6.0)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    if approximate == "tanh":
+        return _C._tt_gelu_tanh(input)
+    if approximate != "none":
+        raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate}")
+    return _C._tt_gelu(input)
+
+
+__all__ = sorted(set(__all__) | {"softplus", "elu", "celu", "leaky_relu", "hardtanh", "relu6", "gelu"})

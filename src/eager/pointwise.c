@@ -276,6 +276,10 @@ tb_status tb_eager_unary(tb_pw_unary op, const tb_tensor *x, const tb_pw_params 
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "unary op %d does not exist", (int)op);
     const tb_pw_info *info = &tb_pw_unary_info[op];
     tb_domain domain = tb_domain_of(compute_dtype);
+    if (op == TB_PW_BITWISE_NOT && compute_dtype == TB_BOOL) {
+        op = TB_PW_LOGICAL_NOT; /* ~ on bool is logical not */
+        info = &tb_pw_unary_info[op];
+    }
     if (op == TB_PW_BITWISE_NOT && domain != TB_DOMAIN_I64)
         return tb_error_set(TB_ERR_DTYPE, "\"bitwise_not_cpu\" not implemented for '%s'", tb_dtype_name(compute_dtype));
     if (op == TB_PW_NEG && compute_dtype == TB_BOOL)

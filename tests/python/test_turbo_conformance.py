@@ -31,20 +31,7 @@ NN_UNARY = ["relu", "gelu", "silu", "mish", "softplus", "elu", "celu", "selu", "
 
 
 def nn_call(m, name, x):
-    if m is torch:
-        return getattr(torch.nn.functional, name)(x)
-    return getattr(tt, name)(x) if name not in ("elu", "celu", "leaky_relu", "hardtanh", "softplus",
-                                                "hardsigmoid", "hardswish", "logsigmoid", "softsign",
-                                                "tanhshrink", "gelu", "silu", "mish", "selu") else _tt_nn(name, x)
-
-
-def _tt_nn(name, x):
-    from turbo_torch import _functions as F
-    params = {"elu": (1.0, 0, 0), "celu": (1.0, 0, 0), "leaky_relu": (0.01, 0, 0), "hardtanh": (0, -1.0, 1.0),
-              "softplus": (1.0, 20.0, 0)}
-    if name in params:
-        return F._unary_params(name, x, *params[name])
-    return getattr(tt, name)(x)
+    return getattr(torch.nn.functional, name)(x) if m is torch else getattr(tt, name)(x)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES + ["float16", "bfloat16"])
@@ -71,6 +58,15 @@ def test_unary_integer_inputs(name, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_activations(name, dtype):
     check_op(lambda m, x: nn_call(m, name, x[0]), [(4, 6)], dtype, low=-4, high=4)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda f, x: f.softplus(x, beta=2.0, threshold=3.0), lambda f, x: f.elu(x, alpha=0.5),
+    lambda f, x: f.celu(x, alpha=2.0), lambda f, x: f.leaky_relu(x, 0.2), lambda f, x: f.hardtanh(x, -0.5, 2.0),
+    lambda f, x: f.relu6(x * 3), lambda f, x: f.gelu(x, approximate="tanh"),
+])
+def test_activation_parameters(fn):
+    check_op(lambda m, x: fn(torch.nn.functional if m is torch else tt, x[0]), [(4, 6)], "float64", low=-4, high=4)
 
 
 def test_transposed_input():
@@ -606,3 +602,29 @@ def test_dispatch_cache_hits_and_no_stale_reuse():
     finally:
         tt.set_default_dtype(tt.float32)
     assert (tt.ones(4, dtype=tt.int32) + 2.5).dtype is tt.float32
+
+
+REMAINING = [("sgn", "float32"), ("positive", "float32"), ("isposinf", "float64"), ("isneginf", "float64"),
+             ("logical_not", "float32"), ("bitwise_not", "int32"), ("bitwise_not", "bool"), ("bitwise_not", "float32")]
+
+
+@pytest.mark.parametrize("name,dtype", REMAINING)
+def test_remaining_unary(name, dtype):
+    inputs = [SPECIAL] if dtype.startswith("float") else None
+    check_op(lambda m, x: getattr(m, name)(x[0]), [(3, 4)], dtype, grad=False, inputs=inputs)
+
+
+@pytest.mark.parametrize("name", ["nextafter", "bitwise_left_shift", "bitwise_right_shift"])
+def test_remaining_binary(name):
+    if name == "nextafter":
+        check_op(lambda m, x: m.nextafter(x[0], x[1]), [(3, 4), (3, 4)], "float64", grad=False)
+        return
+    a = make_input((3, 4), "int64", -50, 50, seed=1)
+    b = make_input((3, 4), "int64", 0, 5, seed=2)
+    check_op(lambda m, x: getattr(m, name)(x[0], x[1]), None, "int64", inputs=[a, b])
+
+
+@pytest.mark.parametrize("fn", [lambda m, x: m.clamp(x[0], -0.5, 0.5), lambda m, x: m.nan_to_num(x[0]),
+                                lambda m, x: m.nan_to_num(x[0], nan=1.0, posinf=2.0, neginf=-2.0)])
+def test_clamp_and_nan_to_num_special(fn):  # ops: "clamp", "nan_to_num"
+    check_op(fn, None, "float32", grad=False, inputs=[SPECIAL])
