@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "files/file_io.h"
 #include "tokenizer/internal.h"
 
 /* GPT-2's byte <-> printable code point table: printable Latin-1 bytes map to themselves, the rest
@@ -24,28 +25,12 @@ static void init_byte_map(tb_tokenizer *t) {
     }
 }
 
+enum { MAX_FILE_BYTES = 1 << 30 }; /* tokenizer.json of the largest vocabularies is ~20 MB */
+
+/* A whole file (a FIFO or other non-regular file is refused without blocking, see file_io.h). */
 static tb_status read_file(const char *path, char **data, size_t *length) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tb_error_set(TB_ERR_IO, "tokenizer: cannot open '%s': %s", path, strerror(errno));
-    tb_tok_buffer buffer = {0};
-    char chunk[65536];
-    size_t got;
-    tb_status st = TB_OK;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0 && st == TB_OK)
-        st = tb_tok_buffer_append(&buffer, chunk, got);
-    if (st == TB_OK && ferror(f))
-        st = tb_error_set(TB_ERR_IO, "tokenizer: cannot read '%s'", path);
-    fclose(f);
-    if (st != TB_OK) {
-        tb_tok_buffer_free(&buffer);
-        return st;
-    }
-    *data = buffer.data ? buffer.data : calloc(1, 1);
-    *length = buffer.length;
-    if (!*data)
-        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "tokenizer: reading '%s'", path);
-    return TB_OK;
+    tb_status st = tb_files_read_all(path, MAX_FILE_BYTES, data, length);
+    return st == TB_OK ? TB_OK : tb_error_prefix(st, "tokenizer");
 }
 
 static const tb_json_limits JSON_LIMITS = {.max_bytes = (size_t)1 << 30, .max_depth = 128};
@@ -195,18 +180,12 @@ static tb_status load_paths(const char *json_path, const char *config_path, cons
     size_t json_length = 0, config_length = 0, chat_length = 0;
     tb_status st = read_file(json_path, &json, &json_length);
     if (st == TB_OK && config_path) {
-        FILE *probe = fopen(config_path, "rb");
-        if (probe) {
-            fclose(probe);
+        if (tb_path_exists(config_path)) /* optional, but present and unreadable is an error */
             st = read_file(config_path, &config, &config_length);
-        }
     }
     if (st == TB_OK && template_path) {
-        FILE *probe = fopen(template_path, "rb");
-        if (probe) {
-            fclose(probe);
+        if (tb_path_exists(template_path))
             st = read_file(template_path, &chat, &chat_length);
-        }
     }
     if (st == TB_OK)
         st = tb_tokenizer_load_from_memory(json, json_length, config, config_length, out);

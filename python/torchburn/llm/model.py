@@ -180,9 +180,9 @@ class LLM:
                 raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
             _C.set_num_threads(num_threads)
         path = resolve_model_path(model_id_or_path, cache_dir=cache_dir, local_files_only=local_files_only)
-        if not (path / "tokenizer.json").is_file():
+        if not os.path.lexists(path / "tokenizer.json"):  # present but not a file: the C reader names the problem
             raise ModelNotFoundError(f"{str(path)!r} has no tokenizer.json (only Hugging Face 'fast' tokenizers are supported)")
-        if not (path / "model.safetensors").is_file() and not (path / "model.safetensors.index.json").is_file():
+        if not os.path.lexists(path / "model.safetensors") and not os.path.lexists(path / "model.safetensors.index.json"):
             raise ModelNotFoundError(
                 f"{str(path)!r} has no model.safetensors or model.safetensors.index.json (only safetensors checkpoints load; "
                 "pickled .bin weights are never read)"
