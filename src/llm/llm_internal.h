@@ -13,7 +13,7 @@
 #include "torchburn/safetensors.h"
 
 /* Version of the quantized-weight cache layout (bumped whenever tensor names or formats change). */
-#define TB_LLM_CACHE_FORMAT "torchburn-llm-cache-1"
+#define TB_LLM_CACHE_FORMAT "torchburn-llm-cache-2" /* 2: per-tensor BLAKE3 digests */
 
 /* ---- kernels (contracts; scalar reference in llm_kernels_ref.c, SIMD bodies in llm_kernels_body.h) ---- */
 
@@ -196,9 +196,13 @@ tb_status tb_llm_model_alloc(tb_llm_model *model, int64_t bytes, void **out);
  * in f32; inv_freq has head_dim / 2 entries. */
 tb_status tb_llm_rope_init(const tb_hf_config *config, float *inv_freq, float *attention_factor);
 
-/* Quantized-weight cache: reading (returns TB_OK with *hit false when the file is absent or stale) and
- * writing. Implemented in llm_cache.c. */
-tb_status tb_llm_cache_try_load(tb_llm_model *model, const char *path, const char *key, bool *hit);
+/* Quantized-weight cache (llm_cache.c). Loading returns TB_OK unless memory runs out, with *result: ABSENT
+ * (no file), LOADED (every weight bound, digests verified), STALE (another format version or key) or
+ * DAMAGED (unreadable, settings or tensors that disagree, or bytes that fail their digest; `why` says
+ * which). Nothing of a rejected file stays in the model. */
+typedef enum llm_cache_result { LLM_CACHE_ABSENT, LLM_CACHE_LOADED, LLM_CACHE_STALE, LLM_CACHE_DAMAGED } llm_cache_result;
+tb_status tb_llm_cache_try_load(tb_llm_model *model, const char *path, const char *key, llm_cache_result *result,
+                                char *why, size_t why_size);
 tb_status tb_llm_cache_save(const tb_llm_model *model, const char *path, const char *key);
 
 /* y[M, N] = x[M, K] @ W.T + bias with x rows x_stride floats apart and y contiguous, on the thread pool

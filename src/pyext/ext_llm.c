@@ -203,6 +203,7 @@ static const char *cache_state_name(tb_llm_cache_state state) {
     case TB_LLM_CACHE_HIT: return "hit";
     case TB_LLM_CACHE_WRITTEN: return "written";
     case TB_LLM_CACHE_WRITE_FAILED: return "write_failed";
+    case TB_LLM_CACHE_REBUILT: return "rebuilt";
     default: return "unused";
     }
 }

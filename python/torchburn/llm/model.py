@@ -26,7 +26,7 @@ from .. import _C
 from ..tokenizer import Tokenizer
 from .chat_template import render_chat, validate_messages
 from .hub import ModelNotFoundError, resolve_model_path
-from .quant_cache import cache_entry
+from .quant_cache import cache_entry, remove_stale_temp_files
 
 __all__ = ["LLM", "Prompt"]
 
@@ -190,6 +190,8 @@ class LLM:
         cache_path, cache_key = (None, "")
         if quant != "none":
             cache_path, cache_key = cache_entry(path, quant, group_size)
+            if cache_path is not None:
+                remove_stale_temp_files(cache_path)
         progress = None if quiet else _progress_bar(f"quantizing to {quant}" if quant != "none" else "loading")
         try:
             handle = _C._LLMModel.load(
@@ -206,7 +208,11 @@ class LLM:
                 progress.close()
         info = handle.info
         if info["cache"] == "write_failed" and not quiet:
-            print(f"torchburn: could not save the quantized cache: {info['cache_message']}", file=sys.stderr)
+            print(f"torchburn: could not save the quantized cache (every load will quantize again): "
+                  f"{info['cache_message']}", file=sys.stderr)
+        elif info["cache"] == "rebuilt" and not quiet:
+            print(f"torchburn: warning: the quantized cache {info['cache_message']}; quantized again and rewrote it",
+                  file=sys.stderr)
         self = object.__new__(cls)
         self._model = handle
         self.config = handle.config
