@@ -348,6 +348,21 @@ static void test_sampler(void) {
         s = NULL;
         TB_CHECK(tb_llm_sampler_new(10, &bad[i], &s) == TB_ERR_INVALID_ARGUMENT && s == NULL);
     }
+    /* one NaN or inf logit is an error in greedy mode too (argmax would pick an arbitrary token) */
+    const float specials[2] = {NAN, INFINITY};
+    const float penalties[2] = {1.0f, 1.3f};
+    for (int v = 0; v < 2; v++)
+        for (int r = 0; r < 2; r++) {
+            tb_llm_sampling_default(&p);
+            p.repetition_penalty = penalties[r];
+            TB_CHECK(tb_llm_sampler_new(10, &p, &s) == TB_OK);
+            logits[7] = specials[v];
+            TB_CHECK(tb_llm_sampler_sample(s, logits, history, 3, &token) == TB_ERR_INVALID_ARGUMENT);
+            TB_CHECK(strstr(tb_error_message(), "not finite") != NULL);
+            TB_CHECK(tb_llm_sampler_probs(s, logits, history, 3, probs) == TB_ERR_INVALID_ARGUMENT);
+            logits[7] = 1.5f;
+            tb_llm_sampler_free(s);
+        }
 }
 
 /* ---- a whole tiny model on disk ---- */
