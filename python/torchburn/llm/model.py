@@ -34,6 +34,7 @@ Message = Mapping[str, Any]
 Prompt = Union[str, Sequence[Message]]
 
 QUANTS = ("int4", "int8", "none")
+_INT64_MAX = 2**63 - 1
 DEVICES = ("auto", "cpu", "gpu")
 
 
@@ -60,6 +61,8 @@ def _check_sampling(max_tokens: Any, temperature: Any, top_p: Any, top_k: Any, m
         raise ValueError(f"max_tokens must be an int, not {type(max_tokens).__name__}")
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if max_tokens > _INT64_MAX:
+        raise ValueError(f"max_tokens must be at most 2**63 - 1, got {max_tokens}")
     for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p),
                         ("repetition_penalty", repetition_penalty)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -68,6 +71,8 @@ def _check_sampling(max_tokens: Any, temperature: Any, top_p: Any, top_k: Any, m
             raise ValueError(f"{name} must be finite, got {value}")
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise ValueError(f"top_k must be an int, not {type(top_k).__name__}")
+    if not 0 <= top_k <= _INT64_MAX:
+        raise ValueError(f"top_k must be >= 0 (0 keeps every token) and at most 2**63 - 1, got {top_k}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an int or None, not {type(seed).__name__}")
 
@@ -308,9 +313,12 @@ class LLM:
         if stop_token_ids is None:
             return list(self.stop_token_ids)
         ids = list(stop_token_ids)
+        vocab = self.config["vocab_size"]
         for i in ids:
             if isinstance(i, bool) or not isinstance(i, int):
                 raise ValueError(f"stop_token_ids must be ints, got {i!r}")
+            if not 0 <= i < vocab:
+                raise ValueError(f"stop_token_ids: {i} is outside the vocabulary [0, {vocab})")
         return ids
 
     # ---- generation ----
@@ -499,6 +507,9 @@ class LLM:
             except KeyboardInterrupt:
                 print(file=out)
                 break
+            except UnicodeDecodeError:
+                print("(that line is not valid UTF-8; skipped)", file=out, flush=True)
+                continue
             text = line.strip()
             if text in ("/exit", "/quit"):
                 break
