@@ -175,6 +175,11 @@ typedef struct tb_llm_generate_desc {
     tb_llm_sampling sampling;
     const int32_t *stop_ids;
     int64_t stop_count;
+    /* true: the tokens (and logits) do not depend on what the session ran before. SIMD prefill (GEMM) and
+     * decode (GEMV) kernels round differently, so only whole prefill chunks (256 positions from position 0)
+     * computed as a fresh session would compute them are reused; the rest of the prompt runs again. false:
+     * the longest cached prefix is reused (faster for chat; results may differ in the last bits). */
+    bool reproducible;
 } tb_llm_generate_desc;
 
 /* Step-wise generation (one object per call; the session must not be used otherwise meanwhile). begin
@@ -188,6 +193,8 @@ TB_API TB_NODISCARD tb_status tb_llm_generation_begin(tb_llm_session *session, c
  * come). After a finish it returns TB_ERR_INVALID_ARGUMENT. */
 TB_API TB_NODISCARD tb_status tb_llm_generation_next(tb_llm_generation *generation, int32_t *token,
                                                      tb_llm_finish *finish);
+/* Logits [V] of the next position (what next() samples from); valid until next() or free. */
+TB_API const float *tb_llm_generation_logits(const tb_llm_generation *generation);
 /* Stats so far (prompt counts and timings). */
 TB_API void tb_llm_generation_stats(const tb_llm_generation *generation, tb_llm_stats *out);
 TB_API void tb_llm_generation_free(tb_llm_generation *generation);

@@ -12,6 +12,9 @@
 #include "torchburn/quant.h"
 #include "torchburn/safetensors.h"
 
+/* Prompt positions run per forward chunk (bounded scratch); also the unit of reproducible KV reuse. */
+#define TB_LLM_PREFILL_CHUNK 256
+
 /* Version of the quantized-weight cache layout (bumped whenever tensor names or formats change). */
 #define TB_LLM_CACHE_FORMAT "torchburn-llm-cache-2" /* 2: per-tensor BLAKE3 digests */
 
@@ -217,6 +220,8 @@ tb_status tb_llm_quantize_int4(const float *w, int64_t rows, int64_t k, int64_t 
 
 /* The model a session runs. */
 const tb_llm_model *tb_llm_session_model(const tb_llm_session *session);
+/* Cached positions (a multiple of the prefill chunk) whose keys/values equal a fresh prefill's bit for bit. */
+int64_t tb_llm_session_canonical_length(const tb_llm_session *session);
 
 /* Row `token` of the embedding as f32 (dequantized when quantized). */
 tb_status tb_llm_embed_row(const tb_llm_model *model, int32_t token, float *out);

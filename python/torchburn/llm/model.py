@@ -304,10 +304,13 @@ class LLM:
 
     def _sampling_args(self, max_tokens, temperature, top_p, top_k, min_p, repetition_penalty, seed):
         _check_sampling(max_tokens, temperature, top_p, top_k, min_p, repetition_penalty, seed)
+        # greedy and seeded calls must not depend on what the session ran before (see docs/llm.md)
+        reproducible = temperature == 0 or top_k == 1 or seed is not None
         if seed is None:
             seed = random.SystemRandom().getrandbits(64)
         return dict(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
-                    min_p=float(min_p), repetition_penalty=float(repetition_penalty), seed=seed & (2**64 - 1))
+                    min_p=float(min_p), repetition_penalty=float(repetition_penalty), seed=seed & (2**64 - 1),
+                    reproducible=reproducible)
 
     def _stop_ids(self, stop_token_ids: Optional[Sequence[int]]) -> list[int]:
         if stop_token_ids is None:
