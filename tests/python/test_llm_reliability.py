@@ -435,3 +435,50 @@ def test_cli_chat_survives_binary_stdin(model_dir):
     assert run.returncode == 0, run.stderr
     assert b"Traceback" not in run.stderr
     assert run.stdout.count(b"\n") >= 2  # both lines got an answer
+
+
+# ---------------------------------------------------------------- thread-safety contract (docs/llm.md)
+
+
+def test_one_call_at_a_time_per_llm_and_a_clear_error_for_a_second(model_dir):
+    import threading
+
+    llm = LLM.from_pretrained(model_dir, quant="int8", quiet=True)
+    expected = llm.generate_tokens([5, 6, 7], max_tokens=40, temperature=0.0, stop_token_ids=[])
+    started, release = threading.Event(), threading.Event()
+    results, errors = [], []
+
+    def slow(piece):  # holds the call open (the GIL is taken back once per token)
+        started.set()
+        release.wait(30)
+
+    def first():
+        results.append(llm.generate("Once upon a time", max_tokens=3, temperature=0.0, callback=slow))
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert started.wait(30)
+    try:
+        llm.generate_tokens([5, 6, 7], max_tokens=4, temperature=0.0)
+    except RuntimeError as error:
+        errors.append(str(error))
+    release.set()
+    thread.join(30)
+    assert errors and "already running a call in another thread" in errors[0]
+    assert len(results) == 1
+    # shared tokenizer from many threads, and separate LLMs in parallel, agree with one thread
+    other = LLM.from_pretrained(model_dir, quant="int8", quiet=True)
+    outputs = {}
+
+    def run(name, model):
+        outputs[name] = model.generate_tokens([5, 6, 7], max_tokens=40, temperature=0.0, stop_token_ids=[])
+        outputs[name + "-tokens"] = [model.tokenizer.encode("The quick brown fox " * 20) for _ in range(20)]
+
+    threads = [threading.Thread(target=run, args=(n, m)) for n, m in (("a", llm), ("b", other))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert outputs["a"] == outputs["b"] == expected
+    reference = llm.tokenizer.encode("The quick brown fox " * 20)
+    assert all(ids == reference for ids in outputs["a-tokens"] + outputs["b-tokens"])
