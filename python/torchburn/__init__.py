@@ -20,7 +20,25 @@ import importlib
 import os
 from typing import Any
 
-from . import _C
+import sys
+
+
+def _cli_import_error(error: ValueError) -> None:
+    """A bad TORCHBURN_* setting (e.g. TORCHBURN_ISA=bogus) under the command line tools ends with one
+    error line and exit status 2 instead of an import traceback; library imports still raise."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    is_cli = os.path.basename(argv[0] if argv else "").startswith("torchburn") or any(
+        a == "-m" and b.startswith("torchburn") for a, b in zip(argv, argv[1:]))
+    if is_cli and "TORCHBURN_" in str(error):
+        print(f"torchburn: error: {error}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+try:
+    from . import _C
+except ValueError as _error:
+    _cli_import_error(_error)
+    raise
 from ._C import Tensor, from_dlpack
 
 __version__ = "0.1.0"

@@ -75,10 +75,17 @@ static PyObject *py_memory_trim(PyObject *module, PyObject *unused) {
 }
 
 static PyObject *py_set_num_threads(PyObject *module, PyObject *arg) {
-    long n = PyLong_AsLong(arg);
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(arg, &overflow);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    tb_status status = tb_set_num_threads((int)(n > 1 << 20 ? 1 << 20 : n < -1 ? -1 : n));
+    if (overflow < 0 || n < 1) {
+        PyObject *text = PyObject_Repr(arg);
+        PyErr_Format(PyExc_ValueError, "set_num_threads: n must be >= 1, got %s", text ? PyUnicode_AsUTF8(text) : "?");
+        Py_XDECREF(text);
+        return NULL;
+    }
+    tb_status status = tb_set_num_threads((int)(overflow > 0 || n > 1 << 20 ? 1 << 20 : n));
     if (status != TB_OK)
         return tb_py_raise(status);
     Py_RETURN_NONE;

@@ -83,6 +83,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         llm = _load(args)
         if args.command == "chat":
+            if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 become U+FFFD, not an exit
+                sys.stdin.reconfigure(errors="replace")
             llm.chat(system_prompt=args.system, **_sampling(args))
         elif args.command == "generate":
             prompt = args.prompt
