@@ -122,6 +122,12 @@ _register_lazy(
 _register_lazy("torchburn.llm", ["LLM"])
 
 
+# `torch.compile(m, backend="torchburn")` finds the backend without a race (see _registration.py)
+from . import _registration  # noqa: E402
+
+_registration.install()
+
+
 def __getattr__(name: str) -> Any:
     entry = _LAZY.get(name)
     if entry is None:

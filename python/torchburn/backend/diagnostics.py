@@ -61,14 +61,27 @@ def warn_once(kind: str, message: str) -> None:
 
 @dataclass
 class GraphRecord:
-    """What the backend did with one ATen graph."""
+    """What the backend did with one ATen graph.
+
+    ``native_ops``/``regions``/``fusions`` describe the regions that were lowered to plans (at compile
+    time); ``fallback_ops`` the nodes left to PyTorch then, by reason (unsupported ops, and the nodes of
+    regions whose lowering failed, listed with their reason in ``failed_regions``). Whether a lowered
+    region really ran natively is only known after calls: :meth:`region_runs` reads the live counters
+    of each region's plan(s)."""
 
     kind: str  # "inference", "forward" or "backward"
-    native_ops: dict = field(default_factory=dict)  # op name -> count
+    native_ops: dict = field(default_factory=dict)  # op name -> count (in lowered regions)
     fallback_ops: dict = field(default_factory=dict)  # op name (with reason) -> count
-    regions: list = field(default_factory=list)  # per region: list of FX node names
-    fusions: list = field(default_factory=list)  # per region: the plan's step listing
+    regions: list = field(default_factory=list)  # per lowered region: list of FX node names
+    fusions: list = field(default_factory=list)  # per lowered region: the plan's step listing
     failed_regions: list = field(default_factory=list)  # (node names, reason)
+    region_ops: list = field(default_factory=list)  # per lowered region: op name -> count
+    runners: list = field(default_factory=list)  # per lowered region: its compiler.Region
+
+    def region_runs(self) -> list:
+        """Per lowered region: ``(native_runs, fallbacks, reason)`` so far — calls that ran the plan,
+        calls that went to PyTorch, and the last reason a call went to PyTorch (None if none did)."""
+        return [runner.run_counts() for runner in self.runners]
 
 
 class Recorder:
