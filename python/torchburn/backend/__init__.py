@@ -167,9 +167,10 @@ def set_cache_size(graphs: int = 0, prepared: int = 0) -> None:
 @dataclass
 class Explanation:
     """What torchburn did with a model (see :func:`explain`): what really ran natively, not only what
-    was lowered. A region counts as native when every call made so far ran its plan; a region whose
-    plan handed a call to PyTorch (inputs rejected, a failed run) counts as PyTorch, with the reason,
-    and so do the nodes of regions that failed to lower.
+    was lowered. A region counts as native when every call made so far ran its plan; a region that
+    ran in PyTorch on any call (its plan rejected the inputs or failed, or no plan ran) counts as
+    PyTorch, with the reason, and so do the nodes of regions that failed to lower. Regions not called
+    yet (a backward graph compiled ahead of its first use) count as neither.
 
     ``native_share`` is native compute nodes / all compute nodes (views that PyTorch makes for free
     outside any region are not counted)."""
@@ -186,22 +187,27 @@ class Explanation:
         return _merge(g.region_ops[i] for g, i, native, eager, _ in self._runs() if native and not eager)
 
     @property
+    def not_run_ops(self) -> dict:
+        """Ops of lowered regions that have not been called."""
+        return _merge(g.region_ops[i] for g, i, native, eager, _ in self._runs() if not native and not eager)
+
+    @property
     def fallback_ops(self) -> dict:
         ran_in_pytorch = []
         for g, i, native, eager, reason in self._runs():
-            if eager or not native:
-                why = reason or "the plan never ran"
+            if eager:
+                why = reason or "no plan ran"
                 ran_in_pytorch.append({f"{label} (region ran in PyTorch: {why})": count
                                        for label, count in g.region_ops[i].items()})
         return _merge([g.fallback_ops for g in self.graphs] + ran_in_pytorch)
 
     @property
     def runtime_fallbacks(self) -> list:
-        """Lowered regions that did not run natively on every call: dicts with ``graph`` (kind),
-        ``region``, ``nodes``, ``native_runs``, ``pytorch_runs`` and ``reason``."""
+        """Lowered regions that ran in PyTorch on some call: dicts with ``graph`` (kind), ``region``,
+        ``nodes``, ``native_runs``, ``pytorch_runs`` and ``reason``."""
         return [{"graph": g.kind, "region": i, "nodes": sum(g.region_ops[i].values()), "native_runs": native,
-                 "pytorch_runs": eager, "reason": reason or ("the plan never ran" if not native else None)}
-                for g, i, native, eager, reason in self._runs() if eager or not native]
+                 "pytorch_runs": eager, "reason": reason or "no plan ran"}
+                for g, i, native, eager, reason in self._runs() if eager]
 
     @property
     def native_nodes(self) -> int:

@@ -303,6 +303,12 @@ def op_label(node: torch.fx.Node) -> str:
     return str(node.target).replace("aten.", "")
 
 
+def _makes_tensors(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_makes_tensors(v) for v in value)
+    return isinstance(value, torch.Tensor)
+
+
 def _op_counts(nodes: Any) -> dict:
     """Op name -> count over compute nodes (getitems are part of their source)."""
     counts: dict = {}
@@ -333,6 +339,8 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or node in in_partition:
             continue
+        if not _makes_tensors(lowering.meta(node)):
+            continue  # Python scalar arithmetic (sizes): nothing to compute natively
         if node in support.reasons:
             reason = support.reasons[node]
             record.fallback_ops[reason] = record.fallback_ops.get(reason, 0) + 1
