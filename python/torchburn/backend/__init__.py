@@ -27,6 +27,7 @@ warnings), ``TORCHBURN_CACHE_SIZE`` / ``TORCHBURN_PREPARED_CACHE_SIZE`` (plan ca
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -139,17 +140,40 @@ def register(name: str = "torchburn") -> None:
 
 
 def compile(model: Any, **kwargs: Any) -> Any:  # noqa: A001 - mirrors torch.compile
-    """``torch.compile(model, backend="torchburn", **kwargs)``."""
+    """``torch.compile(model, backend="torchburn", **kwargs)``.
+
+    Warns (``UserWarning``) when `model` is wrapped in ``DistributedDataParallel``: on torch 2.13
+    Dynamo captures no graph through DDP's forward, so nothing would reach the backend and the model
+    would silently run in eager PyTorch. Compile the module, then wrap it:
+    ``DDP(torchburn.compile(model))`` (see docs/compile_backend.md)."""
+    _warn_if_unreachable(model)
     register()
     return torch.compile(model, backend="torchburn", **kwargs)
 
 
+def _warn_if_unreachable(model: Any) -> None:
+    if not (torch.distributed.is_available() and isinstance(model, torch.nn.Module)):
+        return
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        warnings.warn(
+            "torchburn.compile: the model is wrapped in DistributedDataParallel; torch.compile does not "
+            "capture a graph through DDP's forward (torch 2.13), so it would run in eager PyTorch without "
+            "reaching torchburn. Compile the module first, then wrap it: "
+            "DDP(torchburn.compile(model), ...)", UserWarning, stacklevel=3)
+
+
 def cache_stats() -> dict:
     """Statistics of the prepared-plan cache: ``{size, hits, misses, evictions, capacity}``, plus
-    ``graphs``, the same for the optimized-graph cache."""
+    ``graphs``, the same for the optimized-graph cache, and ``python_size``: the Plan objects that live
+    compiled models hold (TorchBurn's name for its Python-side plan cache; ours are the plans Dynamo
+    keeps alive through the compiled code)."""
     stats = _C.plan_cache_stats()
     prepared = dict(stats["prepared"])
     prepared["graphs"] = dict(stats["graphs"])
+    prepared["python_size"] = sum(len(region.plans_made()) for record in diagnostics.live_records()
+                                  for region in record.runners)
     return prepared
 
 

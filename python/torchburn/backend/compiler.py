@@ -135,12 +135,17 @@ class Region:
         warn_once(("region", self.name, reason), f"torchburn: region {self.name} ran in PyTorch: {reason}")
         return self.eager(*args)
 
+    def plans_made(self) -> list:
+        return ([self.plan] if self.plan is not None else []) + self.specialized
+
+    def run_seconds(self) -> float:
+        """Seconds spent inside this region's plans (kernels only, not the call overhead)."""
+        return sum(p.run_seconds for p in self.plans_made())
+
     def run_counts(self) -> tuple:
         """(native_runs, pytorch_runs, last reason for a PyTorch run): calls so far that ran a plan and
         calls that ran this region in PyTorch (a plan's fallback, or no plan at all)."""
-        plans = [self.plan] if self.plan is not None else []
-        plans += self.specialized
-        native = sum(max(p.calls - p.fallbacks, 0) for p in plans)
+        native = sum(max(p.calls - p.fallbacks, 0) for p in self.plans_made())
         return native, self.eager_calls, self.last_reason
 
     # -- dynamic regions: one plan per concrete signature --
@@ -303,6 +308,13 @@ def op_label(node: torch.fx.Node) -> str:
     return str(node.target).replace("aten.", "")
 
 
+def _source(node: torch.fx.Node) -> torch.fx.Node:
+    """The multi-output node a getitem reads (the node itself otherwise)."""
+    while node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    return node
+
+
 def _makes_tensors(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_makes_tensors(v) for v in value)
@@ -347,6 +359,9 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
             warn_once(("op", reason), f"torchburn: {reason} runs in PyTorch (not supported natively)")
 
     calls = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    computes = [(n, n.name, op_label(n), [_source(a).name for a in n.all_input_nodes]) for n in gm.graph.nodes
+                if n.op == "call_function" and n.target is not operator.getitem and _makes_tensors(lowering.meta(n))]
+    region_of: dict = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     all_tensors = all(isinstance(lowering.meta(p), torch.Tensor) for p in placeholders)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -378,8 +393,11 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
             target = _torch_outputs(target)
         record.regions.append(node_names)
         record.fusions.append(region.description)
+        for node in part:
+            region_of[node] = len(record.runners)
         record.region_ops.append(ops)
         record.runners.append(region)
+        region.record, region.record_index = record, len(record.runners) - 1
         for label, count in ops.items():
             record.native_ops[label] = record.native_ops.get(label, 0) + count
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
@@ -404,10 +422,12 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
                     and len(returned) == len(outputs) and list(inputs) == placeholders
                     and isinstance(out_node.args[0], tuple) and len(items) == len(outputs)):
                 whole_plan = target
+    record.nodes = [(name, label, inputs, region_of.get(n), support.reasons.get(n)) for n, name, label, inputs in computes]
     legalize_graph(gm)
     gm.graph.lint()
     gm.recompile()
     diagnostics.Recorder.record(record)
+    diagnostics.track(record)
     debug("%s graph: %d native ops in %d regions, %d ops in PyTorch %s", kind, sum(record.native_ops.values()),
           len(record.regions), sum(record.fallback_ops.values()), dict(record.fallback_ops) or "")
     return gm, whole_plan
