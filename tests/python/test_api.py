@@ -249,3 +249,18 @@ def test_submodules_reachable_from_import_torchburn():
     assert lines[0].split() == ["torchburn.quantization", "torchburn.llm", "torchburn.backend", "torchburn.tokenizer",
                                 "torchburn.files"]
     assert lines[1] == "True"
+
+
+def test_visualize_shows_regions_that_ran_in_pytorch(monkeypatch):
+    build = compiler.Region.build_static
+
+    def plan_then_pytorch(self):
+        build(self)
+        return self.fallback
+
+    monkeypatch.setattr(compiler.Region, "build_static", plan_then_pytorch)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", TorchburnFallbackWarning)
+        view = torchburn.visualize(mlp(), torch.randn(4, 16), print_summary=False)
+    assert view.total_compute_nodes > 0 and view.native_ratio == 0.0
+    assert all(n.status == "pytorch" and "inputs differ" in n.reason for n in view.nodes)
