@@ -110,6 +110,11 @@ def get_num_threads() -> int:
 _LAZY = {
     "ops": ("torchburn.ops", None),
     "bench": ("torchburn.bench", None),
+    "quantization": ("torchburn.quantization", None),
+    "llm": ("torchburn.llm", None),
+    "backend": ("torchburn.backend", None),
+    "tokenizer": ("torchburn.tokenizer", None),
+    "files": ("torchburn.files", None),
 }
 
 
@@ -124,6 +129,7 @@ _register_lazy(
     [
         "quantize_weight_int8",
         "quantize_weight_int4_grouped",
+        "quantize_weight_int4",
         "dequantize_weight_int8",
         "dequantize_weight_int4_grouped",
         "w8a32_linear",
@@ -138,6 +144,15 @@ _register_lazy(
     "torchburn.backend", ["compile", "register", "cache_stats", "cache_clear", "set_cache_size", "explain", "Explanation"]
 )
 _register_lazy("torchburn.llm", ["LLM"])
+_register_lazy("torchburn.profiler", ["supported_ops", "profile", "profiling_stats", "reset_stats", "coverage_report",
+                                      "memory_pool_stats", "clear_memory_pool"])
+_register_lazy("torchburn.visualize", ["visualize", "GraphVisualization"])
+
+
+# `torch.compile(m, backend="torchburn")` finds the backend without a race (see _registration.py)
+from . import _registration  # noqa: E402
+
+_registration.install()
 
 
 def __getattr__(name: str) -> Any:
