@@ -47,5 +47,6 @@ int tb_pyext_register_quant(PyObject *module);
 int tb_pyext_register_nn(PyObject *module);
 int tb_pyext_register_graph(PyObject *module);
 int tb_pyext_register_llm(PyObject *module);
+int tb_pyext_register_engine(PyObject *module);
 
 #endif
