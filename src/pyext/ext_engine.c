@@ -207,7 +207,7 @@ static PyObject *py_engine_run(PyObject *module, PyObject *const *args, Py_ssize
         tb_tensor *t = &tensors[imported];
         if (tb_py_import_tensor(PyList_GET_ITEM(args[2], imported), "arrays[i]", t) != 0)
             goto done;
-        if (t->dtype != TB_F32 || !tb_tensor_is_contiguous(t)) {
+        if (t->dtype != TB_F32 || (tb_tensor_numel(t) > 0 && !tb_tensor_is_contiguous(t))) {
             imported++;
             PyErr_Format(PyExc_TypeError, "engine_run: arrays[%zd] must be contiguous float32", imported - 1);
             goto done;

@@ -16,20 +16,45 @@ float tb_erfc_pos(float z) {
     return t * exp(-z * z + poly);
 }
 
+// tanh: an odd Taylor polynomial near 0 (the builtin loses all relative accuracy there on some drivers),
+// 1 - 2 / (exp(2|x|) + 1) elsewhere, saturated past 15 (tanh(15) rounds to 1 in f32)
 float tb_tanh(float v) {
     if (tb_isnan(v)) return v;
-    float c = clamp(v, -15.0, 15.0); // tanh(15) rounds to 1 in f32; avoids inf/inf in the builtin
-    return tanh(c);
+    float a = abs(v);
+    if (a < 0.2) {
+        float x2 = v * v;
+        return v + v * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0 +
+                   x2 * (-1382.0 / 155925.0)))));
+    }
+    float t = a > 15.0 ? 1.0 : 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+    return v < 0.0 ? -t : t;
 }
 
-float tb_sigmoid(float v) { return 1.0 / (1.0 + exp(-v)); }
+// 1 / (1 + exp(-x)) without overflowing exp for very negative x (keeps tiny results instead of 0)
+float tb_sigmoid(float v) {
+    if (v >= 0.0) return 1.0 / (1.0 + exp(-v));
+    float e = exp(v);
+    return e / (1.0 + e);
+}
+
+// log with relative accuracy near 1, where the builtin only promises 2^-21 absolute: for x in
+// [0.75, 1.5), log x = 2 atanh(u), u = (x - 1) / (x + 1) (x - 1 exact there), |u| < 0.2, as an odd series
+float tb_log(float v) {
+    if (v >= 0.75 && v < 1.5) {
+        float u = (v - 1.0) / (v + 1.0);
+        float u2 = u * u;
+        return 2.0 * u * (1.0 + u2 * (1.0 / 3.0 + u2 * (1.0 / 5.0 + u2 * (1.0 / 7.0 + u2 * (1.0 / 9.0 +
+               u2 * (1.0 / 11.0 + u2 * (1.0 / 13.0)))))));
+    }
+    return log(v);
+}
 
 float apply(float v) {
     switch (p.op) {
     case 0u: return -v;
     case 1u: return abs(v);
     case 2u: return exp(v);
-    case 3u: return log(v);
+    case 3u: return tb_log(v);
     case 4u: return sqrt(v);
     case 5u: return inversesqrt(v);
     case 6u: return sin(v);
@@ -46,9 +71,9 @@ float apply(float v) {
     case 12u: { // x/2 * (1 + tanh(u)) = x * sigmoid(2u), without the cancellation of 1 + tanh(u) near -1
         if (tb_isnan(v)) return v;
         float inner = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-        return v / (1.0 + exp(-2.0 * inner));
+        return v * tb_sigmoid(2.0 * inner);
     }
-    case 13u: return v / (1.0 + exp(-v));
+    case 13u: return v * tb_sigmoid(v);
     case 14u: return v > 0.0 ? v : p.alpha * v;
     case 15u: return tb_isnan(v) ? v : (v < p.lo ? p.lo : (v > p.hi ? p.hi : v));
     }
