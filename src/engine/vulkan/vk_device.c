@@ -350,8 +350,8 @@ tb_status tb_vk_shutdown_locked(void) {
     }
     if (tb_vk.instance && tb_vk.DestroyInstance)
         tb_vk.DestroyInstance(tb_vk.instance, NULL);
-    if (tb_vk.library)
-        dlclose(tb_vk.library);
+    /* the loader stays mapped (no dlclose): drivers keep process-wide state and atexit handlers in it,
+     * and unloading them is a known source of crashes at exit; a later dlopen finds it again */
     memset(&tb_vk, 0, sizeof tb_vk);
     return TB_OK;
 }
