@@ -120,6 +120,20 @@ TB_API const char *tb_engine_op_kind_name(tb_engine_op_kind kind);
  * change TORCHBURN_VULKAN_* between cases). Refused while any vulkan buffer is alive. */
 TB_API tb_status tb_engine_vulkan_reset(void);
 
+/* ---- compiled graphs on an engine (src/engine/engine_graph.c) ---- */
+
+struct tb_graph;
+typedef struct tb_engine_program tb_engine_program;
+
+/* Translates a whole graph (f32 values; see engine_graph.c for the ops taken) into ops over engine
+ * buffers. TB_ERR_UNSUPPORTED names the first node the engine does not take; then run the CPU plan. */
+TB_API tb_status tb_engine_program_build(const tb_engine *engine, const struct tb_graph *graph, tb_engine_program **out);
+/* Runs it as one batch: uploads inputs[i] (contiguous, the graph's input order), runs, downloads into
+ * outputs[j] (contiguous). Thread-safe. */
+TB_API tb_status tb_engine_program_run(const tb_engine_program *program, void *const *inputs, void *const *outputs);
+TB_API int tb_engine_program_num_ops(const tb_engine_program *program);
+TB_API void tb_engine_program_free(tb_engine_program *program);
+
 /* The engines themselves (also reachable through the registry). */
 extern const tb_engine tb_engine_native_cpu;
 extern const tb_engine tb_engine_reference;

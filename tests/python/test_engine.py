@@ -393,3 +393,72 @@ def test_forced_gpu_selection_on_a_cpu_type_device(vulkan):
     assert index.stdout.split()[0] == "vulkan", index.stdout + index.stderr
     bad = run_python("import torchburn; print(torchburn.gpu_info()['reason'])", TORCHBURN_GPU_INDEX="99")
     assert "TORCHBURN_GPU_INDEX='99' (this machine has" in bad.stdout
+
+
+# ---- compiled graphs on TORCHBURN_DEVICE=gpu ----
+
+COMPILED_MODELS = r"""
+import json, torch, torchburn
+torch.manual_seed(0)
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.norm = torch.nn.Linear(48, 48), torch.nn.LayerNorm(48, eps=1e-6)
+    def forward(self, x):
+        return self.norm(x + torch.tanh(self.fc(x)) * 0.5)
+
+class Unsupported(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x).sum(-1)  # a reduction: native in torchburn, not on the vulkan engine
+
+models = {
+    "mlp": (torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 10)), (5, 64)),
+    "norm_softmax": (torch.nn.Sequential(torch.nn.Linear(33, 65), torch.nn.SiLU(), torch.nn.LayerNorm(65),
+                                         torch.nn.Linear(65, 7), torch.nn.LogSoftmax(-1)), (3, 11, 33)),
+    "residual_norm": (Residual(), (9, 48)),
+    "relu_sigmoid": (torch.nn.Sequential(torch.nn.Linear(16, 16, bias=False), torch.nn.ReLU(), torch.nn.Sigmoid()), (4, 16)),
+    "unsupported": (Unsupported(), (6, 20)),
+}
+result = {}
+for name, (model, shape) in models.items():
+    model.eval()
+    x = torch.randn(*shape)
+    before = torchburn.gpu_info()["submits"]
+    with torch.no_grad():
+        got = torch.compile(model, backend="torchburn")(x)
+        want = model(x)
+    after = torchburn.gpu_info()["submits"]
+    with torch.no_grad():
+        explanation = str(torchburn.explain(model, x))
+    result[name] = {"err": float((got - want).abs().max()), "scale": float(want.abs().max()),
+                    "submits": after - before, "explain": explanation}
+print(json.dumps(result))
+"""
+
+
+def test_compiled_models_on_the_gpu_engine(vulkan):
+    import json
+
+    out = run_python(COMPILED_MODELS, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_ALLOW_CPU="1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for name, item in result.items():
+        assert item["err"] <= 1e-5 * max(1.0, item["scale"]), (name, item)
+    for name in ("mlp", "norm_softmax", "residual_norm", "relu_sigmoid"):
+        assert result[name]["submits"] == 1, (name, result[name])  # the whole graph in one submission
+    assert "engine: vulkan (" in result["mlp"]["explain"], result["mlp"]["explain"]
+    assert result["unsupported"]["submits"] == 0
+    assert "engine: native_cpu (engine vulkan does not take node" in result["unsupported"]["explain"]
+
+
+def test_compile_with_gpu_requested_but_absent_runs_in_pytorch_and_says_why():
+    code = ("import torch, torchburn, warnings\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()\n"
+            "x = torch.randn(2, 8)\n"
+            "with torch.no_grad():\n"
+            "    got = torch.compile(m, backend='torchburn')(x)\n"
+            "    assert torch.equal(got, m(x))\n")
+    out = run_python(code, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_LOADER="/nonexistent/libvulkan.so.1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "TORCHBURN_DEVICE=gpu asks for a GPU, but there is none usable" in out.stderr
