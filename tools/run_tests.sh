@@ -5,7 +5,9 @@
 #
 # Usage (after `pip install torch==2.13.0`):  bash tools/run_tests.sh
 # Environment: TB_FUZZ_SECONDS (default 60 per harness; 0 replays the corpus only),
-#              TB_SKIP_SANITIZERS=1 / TB_SKIP_FUZZ=1 to skip those stages locally.
+#              TB_SKIP_SANITIZERS=1 / TB_SKIP_FUZZ=1 to skip those stages locally,
+#              TORCHBURN_TEST_REQUIRE_VULKAN=1 (set by .ci/run) makes a missing Vulkan device or shader
+#              compiler a failure instead of a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -17,6 +19,13 @@ python3 -c "import torch, sys; assert torch.__version__.startswith('2.13.0'), to
 echo "== install torchburn with test extras"
 python3 -m pip install --quiet -e ".[test,llm]"
 
+if command -v glslangValidator >/dev/null 2>&1; then
+  echo "== committed SPIR-V matches the shaders"
+  bash tools/gen_spirv.sh --check
+elif [ "${TORCHBURN_TEST_REQUIRE_VULKAN:-0}" = "1" ]; then
+  echo "glslangValidator is required to check the committed SPIR-V (apt-get install glslang-tools)" >&2; exit 1
+fi
+
 echo "== C tests (Release)"
 cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/ctest -j "$jobs"
@@ -26,7 +35,7 @@ if [ "${TB_SKIP_SANITIZERS:-0}" != "1" ]; then
   echo "== C tests under ASan + UBSan"
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTB_SANITIZE=ON >/dev/null
   cmake --build build/asan -j "$jobs"
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions="$root/tests/c/lsan.supp" \
     ctest --test-dir build/asan --output-on-failure -j "$jobs"
 fi
 

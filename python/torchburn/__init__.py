@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
 import sys
@@ -40,6 +39,7 @@ except ValueError as _error:
     _cli_import_error(_error)
     raise
 from ._C import Tensor, from_dlpack
+from .gpu import active_engine, gpu_available, gpu_backend, gpu_info
 
 __version__ = "0.1.0"
 
@@ -50,6 +50,7 @@ __all__ = [
     "active_engine",
     "gpu_available",
     "gpu_info",
+    "gpu_backend",
     "memory_stats",
     "set_num_threads",
     "get_num_threads",
@@ -65,29 +66,6 @@ def cpu_info() -> dict[str, Any]:
     ``physical_cores`` and ``num_threads``.
     """
     return _C.cpu_info()
-
-
-def active_engine() -> str:
-    """The execution engine in use: ``"native_cpu"`` (the only one so far).
-
-    ``TORCHBURN_ENGINE`` may name it explicitly; any other value is an error.
-    """
-    requested = os.environ.get("TORCHBURN_ENGINE", "native_cpu")
-    if requested not in ("native_cpu", ""):
-        raise ValueError(
-            f"TORCHBURN_ENGINE={requested!r} is not available; this build has only 'native_cpu'"
-        )
-    return "native_cpu"
-
-
-def gpu_available() -> bool:
-    """False: no GPU engine exists yet."""
-    return False
-
-
-def gpu_info() -> dict[str, Any]:
-    """A dict describing GPU support (none in this build)."""
-    return {"available": False, "reason": "torchburn has no GPU engine yet; everything runs on the CPU"}
 
 
 def memory_stats() -> dict[str, int]:

@@ -3,6 +3,7 @@
 #include "pyext.h"
 #include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
+#include "torchburn/engine.h"
 #include "torchburn/probe.h"
 #include "torchburn/thread_pool.h"
 
@@ -164,6 +165,12 @@ PyMODINIT_FUNC PyInit__C(void) {
         tb_py_raise(status);
         return NULL;
     }
+    /* after the ISA: TORCHBURN_ENGINE=reference forces the scalar level and one thread */
+    status = tb_engine_select_from_env();
+    if (status != TB_OK) {
+        tb_py_raise(status);
+        return NULL;
+    }
     PyObject *module = PyModule_Create(&module_def);
     if (!module)
         return NULL;
@@ -171,7 +178,7 @@ PyMODINIT_FUNC PyInit__C(void) {
         tb_pyext_register_files(module) != 0 || tb_pyext_register_tokenizer(module) != 0 ||
         tb_pyext_register_quant(module) != 0 || tb_pyext_register_nn(module) != 0 ||
         tb_pyext_register_graph(module) != 0 || tb_pyext_register_llm(module) != 0 ||
-        tb_pyext_register_eager(module) != 0) {
+        tb_pyext_register_eager(module) != 0 || tb_pyext_register_engine(module) != 0) {
         Py_DECREF(module);
         return NULL;
     }

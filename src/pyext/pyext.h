@@ -48,5 +48,6 @@ int tb_pyext_register_nn(PyObject *module);
 int tb_pyext_register_graph(PyObject *module);
 int tb_pyext_register_llm(PyObject *module);
 int tb_pyext_register_eager(PyObject *module); /* turbo_torch's layer (eager_*.c) */
+int tb_pyext_register_engine(PyObject *module);
 
 #endif

@@ -606,7 +606,7 @@ def test_bad_calls(model_dirs, monkeypatch):
         list(llm.stream("hi", top_p=0.0))
     with pytest.raises(ValueError, match="vocabulary"):
         llm.generate_tokens([1, 99999], max_tokens=2)
-    with pytest.raises(ValueError, match="no GPU engine"):
+    with pytest.raises(ValueError, match="no usable GPU"):
         LLM.from_pretrained(model_dirs[("qwen2", "f32")], device="gpu", quiet=True)
     monkeypatch.setenv("TORCHBURN_DEVICE", "gpu")
     with pytest.raises(ValueError, match="TORCHBURN_DEVICE"):

@@ -1,4 +1,4 @@
-"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile,eager} [options]."""
+"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile,eager,gpu} [options]."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +11,7 @@ SUITES = {
     "tokenizer": ("torchburn.bench_tokenizer", "run_tokenizer_benchmark"),
     "compile": ("torchburn.bench.compile", "main"),
     "eager": ("torchburn.bench.eager", "main"),
+    "gpu": ("torchburn.bench.gpu", "main"),
 }
 
 

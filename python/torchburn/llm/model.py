@@ -48,9 +48,15 @@ def _resolve_device(device: str) -> str:
     if requested in ("auto", "cpu"):
         return "cpu"
     if requested in ("gpu", "cuda", "wgpu", "igpu", "dgpu", "vulkan", "metal"):
+        from ..gpu import gpu_info
+
         source = f"TORCHBURN_DEVICE={env!r}" if device.lower() == "auto" else f"device={device!r}"
+        info = gpu_info()
+        if not info["available"]:
+            raise ValueError(f"{source}: no usable GPU ({info['reason']}); use device='cpu' or 'auto'")
         raise ValueError(
-            f"{source}: torchburn has no GPU engine yet (torchburn.gpu_available() is False); use device='cpu' or 'auto'"
+            f"{source}: the LLM forward does not run on the Vulkan engine yet (GPU {info['adapter_name']!r} is "
+            "present); use device='cpu' or 'auto'"
         )
     raise ValueError(f"unknown device {device!r}; expected 'auto' or 'cpu'")
 
@@ -160,7 +166,7 @@ class LLM:
                 tied LM head included; the result is cached under ``TORCHBURN_CACHE_DIR`` or
                 ``~/.cache/torchburn`` and memory-mapped on the next load.
             device: ``"auto"`` or ``"cpu"`` (``TORCHBURN_DEVICE`` is honoured for ``"auto"``); ``"gpu"`` is an
-                error until a GPU engine exists.
+                error naming the reason (no usable GPU, or: the LLM does not run on the Vulkan engine yet).
             num_threads: sets torchburn's (process-wide) kernel thread count.
             max_seq_len: positions the KV cache may hold (default: ``max_position_embeddings``; the cache
                 grows on demand).
