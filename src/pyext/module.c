@@ -163,7 +163,8 @@ PyMODINIT_FUNC PyInit__C(void) {
     if (tb_pyext_register_tensor(module) != 0 || tb_pyext_register_ops(module) != 0 ||
         tb_pyext_register_files(module) != 0 || tb_pyext_register_tokenizer(module) != 0 ||
         tb_pyext_register_quant(module) != 0 || tb_pyext_register_nn(module) != 0 ||
-        tb_pyext_register_graph(module) != 0 || tb_pyext_register_llm(module) != 0) {
+        tb_pyext_register_graph(module) != 0 || tb_pyext_register_llm(module) != 0 ||
+        tb_pyext_register_llm_batch(module) != 0) {
         Py_DECREF(module);
         return NULL;
     }
