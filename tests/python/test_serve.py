@@ -225,22 +225,37 @@ def test_concurrent_streams_equal_sequential(server, llm):
     assert rows > 2 * steps > 0  # the concurrent run really batched sequences into decode steps
 
 
-def test_disconnect_frees_slot(server):
-    before = _engine_stats(server)
-    with httpx.stream("POST", server[0] + "/v1/completions", json={
-            "model": MODEL_ID, "prompt": "Once", "max_tokens": 300, "stream": True, "temperature": 0}) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: "):
+def test_disconnect_frees_slot(llm):
+    """A client that goes away mid-stream (and one that never reads a non-streamed answer) cancels its
+    request: the slot frees long before the 20,000 tokens it asked for."""
+    app = create_app(lambda: llm, MODEL_ID, parallel=2, ctx_size=24000)
+    srv, port, thread = serve_in_thread(app)
+    state = app.state.torchburn
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while httpx.get(base + "/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        body = {"model": MODEL_ID, "prompt": "Once", "max_tokens": 20000, "temperature": 0}
+        with httpx.stream("POST", base + "/v1/completions", json=dict(body, stream=True)) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    break
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(base + "/v1/completions", json=body, timeout=0.3)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            stats = state.engine.stats
+            if stats["active"] == 0 and stats["requests_cancelled"] >= 2:
                 break
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        stats = _engine_stats(server)
-        if stats["active"] == 0 and stats["requests_cancelled"] > before["requests_cancelled"]:
-            break
-        time.sleep(0.02)
-    stats = _engine_stats(server)
-    assert stats["active"] == 0 and stats["requests_cancelled"] == before["requests_cancelled"] + 1
-    assert stats["generated_tokens"] - before["generated_tokens"] < 300
+            time.sleep(0.02)
+        stats = state.engine.stats
+        assert stats["active"] == 0 and stats["requests_cancelled"] == 2, stats
+        assert stats["generated_tokens"] < 2 * 20000
+        assert httpx.post(base + "/v1/completions", json=dict(body, max_tokens=3)).status_code == 200
+    finally:
+        srv.should_exit = True
+        thread.join(10)
 
 
 def test_prefix_reuse_counted(server, client):
@@ -321,3 +336,77 @@ def test_memory_flat_over_requests(server):
             assert http.post(chat, json=dict(body, stream=i % 2 == 0)).status_code == 200
         grown = _rss_kb() - start
     assert grown < 20 * 1024, f"RSS grew {grown} kB over 300 requests"
+
+
+# ---------------------------------------------------------------- scale-out: two replicas behind haproxy
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never became healthy")
+
+
+def test_haproxy_two_replicas(model_dir, llm):
+    """deploy/haproxy.cfg with two `torchburn-llm serve` processes: one endpoint, session affinity, and
+    answers keep coming after one replica is killed (health-check ejection + redispatch)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+    if haproxy is None:
+        pytest.skip("haproxy is not installed (CI installs it: apt-get install haproxy)")
+    config = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
+    ports = [_free_port() for _ in range(3)]
+    env = dict(os.environ, TB_LB_BIND=f"127.0.0.1:{ports[0]}", TB_REPLICA1=f"127.0.0.1:{ports[1]}",
+               TB_REPLICA2=f"127.0.0.1:{ports[2]}")
+    replicas = [subprocess.Popen([sys.executable, "-m", "torchburn.llm", "serve", "--model", str(model_dir),
+                                  "--quant", "int4", "--port", str(port), "--parallel", "2", "--ctx-size", "256",
+                                  "--threads", "1", "--model-name", MODEL_ID], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in ports[1:]]
+    balancer = None
+    try:
+        for port in ports[1:]:
+            _wait_healthy(f"http://127.0.0.1:{port}")
+        balancer = subprocess.Popen([haproxy, "-db", "-f", str(config)], env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{ports[0]}"
+        _wait_healthy(base)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=30)
+
+        def ask(session: str):
+            raw = client.chat.completions.with_raw_response.create(
+                model=MODEL_ID, messages=[{"role": "user", "content": f"hello {session}"}], max_tokens=4,
+                temperature=0, extra_headers={"X-Session-Id": session})
+            return raw.headers["x-served-by"], raw.parse().choices[0].message.content
+
+        time.sleep(2.5)  # both replicas pass `rise 2` health checks
+        first = {s: ask(s) for s in (f"session-{i}" for i in range(12))}
+        assert {s: ask(s) for s in reversed(list(first))} == first  # affinity: same replica, same (greedy) answer
+        assert {served for served, _ in first.values()} == {"replica1", "replica2"}
+        replicas[0].kill()
+        replicas[0].wait(10)
+        answers = [ask(s) for s in first]  # those of replica1 are retried on replica2 until it is ejected
+        assert all(served == "replica2" for served, _ in answers)
+        assert [text for _, text in answers] == [text for _, text in first.values()]  # same weights, same tokens
+    finally:
+        for process in ([balancer] if balancer else []) + replicas:
+            process.kill()
+            process.wait(10)
