@@ -48,5 +48,11 @@ if [ "${TB_SKIP_FUZZ:-0}" != "1" ] && [ -f tools/fuzz.sh ]; then
   bash tools/fuzz.sh "${TB_FUZZ_SECONDS:-60}"
 fi
 
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  echo "installing haproxy (the two-replica test of deploy/haproxy.cfg)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null) || {
+    echo "could not install haproxy" >&2; [ "${CI:-}" != "true" ] || exit 1; }
+fi
+
 echo "== Python tests"
 python3 -m pytest -q -p no:cacheprovider tests/python

@@ -96,8 +96,41 @@ tb_status tb_llm_session_truncate(tb_llm_session *s, int64_t length) {
 
 int64_t tb_llm_session_canonical_length(const tb_llm_session *s) { return s->canonical; }
 
+void tb_llm_session_commit(tb_llm_session *s, const int32_t *tokens, int64_t count) {
+    memcpy(s->tokens + s->length, tokens, (size_t)count * sizeof *tokens);
+    s->length += count;
+}
+
+tb_status tb_llm_session_copy_prefix(tb_llm_session *dst, const tb_llm_session *src, int64_t length) {
+    if (dst == src || dst->model != src->model || dst->kv_f16 != src->kv_f16 || length < 0 || length > src->length ||
+        length > dst->max_seq_len)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: cannot copy %lld cached positions between these sessions",
+                            (long long)length);
+    dst->length = 0;
+    dst->canonical = 0;
+    if (length == 0)
+        return TB_OK;
+    TB_TRY(tb_llm_session_reserve(dst, length));
+    const tb_llm_model *m = src->model;
+    const int64_t row_bytes = m->head_dim * kv_elem(src);
+    const int64_t key_rows = (length + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK;
+    for (int64_t l = 0; l < m->n_layers; l++)
+        for (int64_t h = 0; h < m->n_kv_heads; h++) {
+            memcpy((char *)dst->keys[l] + h * dst->capacity * row_bytes,
+                   (const char *)src->keys[l] + h * src->capacity * row_bytes, (size_t)(key_rows * row_bytes));
+            memcpy((char *)dst->values[l] + h * dst->capacity * row_bytes,
+                   (const char *)src->values[l] + h * src->capacity * row_bytes, (size_t)(length * row_bytes));
+        }
+    memcpy(dst->tokens, src->tokens, (size_t)length * sizeof *dst->tokens);
+    dst->length = length;
+    /* the copied positions are as canonical as they were in src (whole chunks only) */
+    int64_t canonical = src->canonical < length ? src->canonical : length;
+    dst->canonical = canonical / PREFILL_CHUNK * PREFILL_CHUNK;
+    return TB_OK;
+}
+
 /* Grows the KV cache (all layers or none) to hold `needed` positions. */
-static tb_status ensure_capacity(tb_llm_session *s, int64_t needed) {
+tb_status tb_llm_session_reserve(tb_llm_session *s, int64_t needed) {
     if (needed <= s->capacity)
         return TB_OK;
     const tb_llm_model *m = s->model;
@@ -181,44 +214,48 @@ static void rope_in_place(float *x, const float *cos_row, const float *sin_row, 
     }
 }
 
+void tb_llm_prepare_row(tb_llm_session *s, const tb_llm_kernels *kernels, const llm_layer *layer,
+                        int64_t layer_index, float *q, const float *cos_row, const float *sin_row, int64_t pos) {
+    const tb_llm_model *m = s->model;
+    const int64_t d = m->head_dim, half = d / 2, hq = m->n_heads, hkv = m->n_kv_heads;
+    const float eps = m->norm_eps;
+    float *k = q + hq * d, *v = k + hkv * d;
+    for (int64_t h = 0; h < hq; h++) {
+        if (layer->q_norm)
+            kernels->rms_norm(q + h * d, layer->q_norm, q + h * d, d, eps);
+        rope_in_place(q + h * d, cos_row, sin_row, half);
+    }
+    for (int64_t g = 0; g < hkv; g++) {
+        if (layer->k_norm)
+            kernels->rms_norm(k + g * d, layer->k_norm, k + g * d, d, eps);
+        rope_in_place(k + g * d, cos_row, sin_row, half);
+        const int64_t offset = (g * s->capacity + pos) * d;
+        /* key element i of position pos: block pos / 16, row i, lane pos % 16 */
+        const int64_t key_base = ((g * s->capacity + pos / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK) * d) +
+                                 pos % TB_LLM_KEY_BLOCK;
+        const float *key = k + g * d;
+        if (s->kv_f16) {
+            uint16_t *keys = (uint16_t *)s->keys[layer_index] + key_base;
+            for (int64_t i = 0; i < d; i++)
+                keys[i * TB_LLM_KEY_BLOCK] = tb_f32_to_f16(key[i]);
+            kernels->to_f16(v + g * d, (uint16_t *)s->values[layer_index] + offset, d);
+        } else {
+            float *keys = (float *)s->keys[layer_index] + key_base;
+            for (int64_t i = 0; i < d; i++)
+                keys[i * TB_LLM_KEY_BLOCK] = key[i];
+            memcpy((float *)s->values[layer_index] + offset, v + g * d, (size_t)d * sizeof(float));
+        }
+    }
+}
+
 static void prepare_rows(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     const rows_job *job = context;
     tb_llm_session *s = job->s;
-    const tb_llm_model *m = s->model;
-    const int64_t d = m->head_dim, half = d / 2, hq = m->n_heads, hkv = m->n_kv_heads, stride = job->layer->qkv.n;
-    const float eps = m->norm_eps;
-    for (int64_t t = begin; t < end; t++) {
-        float *q = s->qkv + t * stride, *k = q + hq * d, *v = k + hkv * d;
-        const float *cos_row = s->cos_table + t * half, *sin_row = s->sin_table + t * half;
-        for (int64_t h = 0; h < hq; h++) {
-            if (job->layer->q_norm)
-                job->kernels->rms_norm(q + h * d, job->layer->q_norm, q + h * d, d, eps);
-            rope_in_place(q + h * d, cos_row, sin_row, half);
-        }
-        const int64_t pos = job->pos0 + t;
-        for (int64_t g = 0; g < hkv; g++) {
-            if (job->layer->k_norm)
-                job->kernels->rms_norm(k + g * d, job->layer->k_norm, k + g * d, d, eps);
-            rope_in_place(k + g * d, cos_row, sin_row, half);
-            const int64_t offset = (g * s->capacity + pos) * d;
-            /* key element i of position pos: block pos / 16, row i, lane pos % 16 */
-            const int64_t key_base = ((g * s->capacity + pos / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK) * d) +
-                                     pos % TB_LLM_KEY_BLOCK;
-            const float *key = k + g * d;
-            if (s->kv_f16) {
-                uint16_t *keys = (uint16_t *)s->keys[job->layer_index] + key_base;
-                for (int64_t i = 0; i < d; i++)
-                    keys[i * TB_LLM_KEY_BLOCK] = tb_f32_to_f16(key[i]);
-                job->kernels->to_f16(v + g * d, (uint16_t *)s->values[job->layer_index] + offset, d);
-            } else {
-                float *keys = (float *)s->keys[job->layer_index] + key_base;
-                for (int64_t i = 0; i < d; i++)
-                    keys[i * TB_LLM_KEY_BLOCK] = key[i];
-                memcpy((float *)s->values[job->layer_index] + offset, v + g * d, (size_t)d * sizeof(float));
-            }
-        }
-    }
+    const int64_t half = s->model->head_dim / 2, stride = job->layer->qkv.n;
+    for (int64_t t = begin; t < end; t++)
+        tb_llm_prepare_row(s, job->kernels, job->layer, job->layer_index, s->qkv + t * stride,
+                           s->cos_table + t * half, s->sin_table + t * half, job->pos0 + t);
 }
 
 /* ---- attention ---- */
@@ -236,41 +273,47 @@ typedef struct attention_job {
 static _Thread_local float *attention_scores;
 static _Thread_local int64_t attention_scores_capacity;
 
+bool tb_llm_attend_row(tb_llm_session *s, const tb_llm_kernels *kernels, const llm_layer *layer,
+                       int64_t layer_index, const float *q, int64_t h0, int64_t heads, int64_t pos, float scale,
+                       float *out) {
+    const tb_llm_model *m = s->model;
+    const int64_t d = m->head_dim, g = h0 / (m->n_heads / m->n_kv_heads), elem = kv_elem(s);
+    const int64_t lo = layer->window > 0 && pos - layer->window + 1 > 0 ? pos - layer->window + 1 : 0;
+    const int64_t len = pos - lo + 1;
+    const int64_t first_block = lo / TB_LLM_KEY_BLOCK, blocks = pos / TB_LLM_KEY_BLOCK - first_block + 1;
+    const int64_t stride = blocks * TB_LLM_KEY_BLOCK, skip = lo - first_block * TB_LLM_KEY_BLOCK;
+    if (heads * stride > attention_scores_capacity) {
+        float *grown = NULL;
+        const int64_t capacity = heads * stride * 2;
+        if (tb_alloc((size_t)capacity * sizeof(float), TB_ALLOC_DEFAULT, (void **)&grown) != TB_OK)
+            return false;
+        tb_free(attention_scores);
+        attention_scores = grown;
+        attention_scores_capacity = capacity;
+    }
+    const char *keys = (const char *)s->keys[layer_index] + (g * s->capacity + first_block * TB_LLM_KEY_BLOCK) * d * elem;
+    const char *values = (const char *)s->values[layer_index] + (g * s->capacity + lo) * d * elem;
+    /* scores of whole key blocks; the row of position lo starts `skip` lanes in */
+    kernels->attn_scores(q, heads, d, keys, s->kv_f16, blocks, scale, attention_scores, stride);
+    for (int64_t h = 0; h < heads; h++)
+        kernels->softmax(attention_scores + h * stride + skip, len);
+    kernels->attn_values(attention_scores + skip, heads, stride, values, s->kv_f16, len, d, out);
+    return true;
+}
+
 static void attention_items(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     attention_job *job = context;
     tb_llm_session *s = job->s;
     const tb_llm_model *m = s->model;
-    const int64_t d = m->head_dim, group = m->n_heads / m->n_kv_heads, qkv_stride = job->layer->qkv.n;
-    const int64_t hpi = job->heads_per_item, elem = kv_elem(s);
+    const int64_t d = m->head_dim, qkv_stride = job->layer->qkv.n, hpi = job->heads_per_item;
     for (int64_t item = begin; item < end; item++) {
-        const int64_t t = item / job->items_per_row, h0 = (item % job->items_per_row) * hpi, g = h0 / group;
-        const int64_t pos = job->pos0 + t;
-        const int64_t lo = job->layer->window > 0 && pos - job->layer->window + 1 > 0 ? pos - job->layer->window + 1 : 0;
-        const int64_t len = pos - lo + 1;
-        const int64_t first_block = lo / TB_LLM_KEY_BLOCK, blocks = pos / TB_LLM_KEY_BLOCK - first_block + 1;
-        const int64_t stride = blocks * TB_LLM_KEY_BLOCK, skip = lo - first_block * TB_LLM_KEY_BLOCK;
-        if (hpi * stride > attention_scores_capacity) {
-            float *grown = NULL;
-            const int64_t capacity = hpi * stride * 2;
-            if (tb_alloc((size_t)capacity * sizeof(float), TB_ALLOC_DEFAULT, (void **)&grown) != TB_OK) {
-                atomic_store(&job->failed, 1);
-                return;
-            }
-            tb_free(attention_scores);
-            attention_scores = grown;
-            attention_scores_capacity = capacity;
+        const int64_t t = item / job->items_per_row, h0 = (item % job->items_per_row) * hpi;
+        if (!tb_llm_attend_row(s, job->kernels, job->layer, job->layer_index, s->qkv + t * qkv_stride + h0 * d, h0,
+                               hpi, job->pos0 + t, job->scale, s->attn + t * m->n_heads * d + h0 * d)) {
+            atomic_store(&job->failed, 1);
+            return;
         }
-        const char *keys =
-            (const char *)s->keys[job->layer_index] + (g * s->capacity + first_block * TB_LLM_KEY_BLOCK) * d * elem;
-        const char *values = (const char *)s->values[job->layer_index] + (g * s->capacity + lo) * d * elem;
-        const float *q = s->qkv + t * qkv_stride + h0 * d;
-        /* scores of whole key blocks; the row of position lo starts `skip` lanes in */
-        job->kernels->attn_scores(q, hpi, d, keys, s->kv_f16, blocks, job->scale, attention_scores, stride);
-        for (int64_t h = 0; h < hpi; h++)
-            job->kernels->softmax(attention_scores + h * stride + skip, len);
-        job->kernels->attn_values(attention_scores + skip, hpi, stride, values, s->kv_f16, len, d,
-                                  s->attn + t * m->n_heads * d + h0 * d);
     }
 }
 
@@ -296,6 +339,15 @@ static void add_rows(float *x, const float *y, int64_t n) {
         x[i] += y[i];
 }
 
+void tb_llm_rope_row(const tb_llm_model *m, int64_t pos, float *cos_row, float *sin_row) {
+    const float position = (float)pos;
+    for (int64_t i = 0; i < m->head_dim / 2; i++) {
+        const float angle = position * m->inv_freq[i];
+        cos_row[i] = cosf(angle) * m->rope_attention_factor;
+        sin_row[i] = sinf(angle) * m->rope_attention_factor;
+    }
+}
+
 /* One chunk of T <= scratch_rows tokens at positions [length, length + T). */
 static tb_status forward_chunk(tb_llm_session *s, const tb_llm_kernels *kernels, const tb_llm_qkernels *qkernels,
                                const int32_t *tokens, int64_t count, float *logits, bool all_logits) {
@@ -303,14 +355,8 @@ static tb_status forward_chunk(tb_llm_session *s, const tb_llm_kernels *kernels,
     const int64_t c = m->hidden, d = m->head_dim, half = d / 2, pos0 = s->length, hq = m->n_heads;
     for (int64_t t = 0; t < count; t++)
         TB_TRY(tb_llm_embed_row(m, tokens[t], s->x + t * c));
-    for (int64_t t = 0; t < count; t++) {
-        const float position = (float)(pos0 + t);
-        for (int64_t i = 0; i < half; i++) {
-            const float angle = position * m->inv_freq[i];
-            s->cos_table[t * half + i] = cosf(angle) * m->rope_attention_factor;
-            s->sin_table[t * half + i] = sinf(angle) * m->rope_attention_factor;
-        }
-    }
+    for (int64_t t = 0; t < count; t++)
+        tb_llm_rope_row(m, pos0 + t, s->cos_table + t * half, s->sin_table + t * half);
     const int64_t group = hq / m->n_kv_heads;
     for (int64_t l = 0; l < m->n_layers; l++) {
         const llm_layer *layer = &m->layers[l];
@@ -361,7 +407,7 @@ tb_status tb_llm_forward(tb_llm_session *s, const int32_t *tokens, int64_t count
         return tb_error_set(TB_ERR_INVALID_ARGUMENT,
                             "llm: %lld cached + %lld new positions exceed the context of %lld (max_seq_len)",
                             (long long)s->length, (long long)count, (long long)s->max_seq_len);
-    TB_TRY(ensure_capacity(s, s->length + count));
+    TB_TRY(tb_llm_session_reserve(s, s->length + count));
     TB_TRY(ensure_scratch(s, count < PREFILL_CHUNK ? count : PREFILL_CHUNK));
     const tb_llm_kernels *kernels = tb_llm_kernels_active();
     const tb_llm_qkernels *qkernels = m->exact_activations ? NULL : tb_llm_qkernels_active();

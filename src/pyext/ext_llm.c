@@ -744,6 +744,14 @@ static PyMethodDef llm_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
+struct tb_llm_model *tb_pyext_llm_model(PyObject *object) {
+    if (!model_type || !PyObject_TypeCheck(object, model_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a torchburn._C._LLMModel, got %.80s", Py_TYPE(object)->tp_name);
+        return NULL;
+    }
+    return ((py_llm_model *)object)->model;
+}
+
 int tb_pyext_register_llm(PyObject *module) {
     model_type = (PyTypeObject *)PyType_FromSpec(&model_spec);
     session_type = model_type ? (PyTypeObject *)PyType_FromSpec(&session_spec) : NULL;

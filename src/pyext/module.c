@@ -178,7 +178,8 @@ PyMODINIT_FUNC PyInit__C(void) {
         tb_pyext_register_files(module) != 0 || tb_pyext_register_tokenizer(module) != 0 ||
         tb_pyext_register_quant(module) != 0 || tb_pyext_register_nn(module) != 0 ||
         tb_pyext_register_graph(module) != 0 || tb_pyext_register_llm(module) != 0 ||
-        tb_pyext_register_eager(module) != 0 || tb_pyext_register_engine(module) != 0) {
+        tb_pyext_register_eager(module) != 0 || tb_pyext_register_engine(module) != 0 ||
+        tb_pyext_register_llm_batch(module) != 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -3,6 +3,7 @@
     torchburn-llm chat      -m Qwen/Qwen2.5-0.5B-Instruct -q int4 [-s "You are concise."]
     torchburn-llm generate  "Explain neural ODEs" -m PATH [--stream] [--max-tokens 128]
     torchburn-llm benchmark -m PATH [--tokens 128] [--prompt-tokens 512] [--json]
+    torchburn-llm serve     -m PATH [--port 8000] [--parallel 4] [--api-key K]   (OpenAI-compatible HTTP)
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="torchburn-llm",
         description="Run Qwen2/2.5/3, Llama 2/3 and Mistral models from their Hugging Face folders on the CPU.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="{chat,generate,benchmark}")
+    commands = parser.add_subparsers(dest="command", metavar="{chat,generate,benchmark,serve}")
     commands.required = True
     chat = commands.add_parser("chat", help="interactive multi-turn chat (/reset, /exit)")
     _common(chat, 512)
@@ -56,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompt-tokens", type=int, default=512, help="prompt length (default: 512)")
     bench.add_argument("--repeats", type=int, default=3, help="timed runs; medians are reported (default: 3)")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
+    from .serve import build_parser as serve_parser
+
+    serve_parser(commands.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching"))
     return parser
 
 
@@ -80,6 +84,10 @@ def _sampling(args) -> dict:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from .serve import main as serve_main
+
+        return serve_main(args=args)
     try:
         llm = _load(args)
         if args.command == "chat":

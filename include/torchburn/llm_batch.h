@@ -1,0 +1,102 @@
+/* Continuous batching: one engine thread serves many generation requests on one model. N slots each hold a
+ * sequence's KV cache (a tb_llm_session); every step runs one prompt chunk of one prefilling request and one
+ * token of every decoding request together (the matmuls take M = decoding sequences, so weights are read
+ * once per step for all of them); requests join between steps and leave when finished or cancelled. A new
+ * request reuses the longest cached prompt prefix found in any slot (copied when it is another slot's).
+ *
+ * Contract (docs/serving.md): a request's tokens depend only on its own prompt, sampling settings and seed,
+ * never on what else runs in the engine: batched decode rows round exactly like a single-sequence decode,
+ * prompts are prefilled in chunks aligned to multiples of prefill_chunk positions, and a cached prefix is
+ * reused only in whole chunks that were computed as such. With prefill_chunk >= the prompt length and no
+ * reuse, the tokens equal tb_llm_generate's on a fresh session.
+ *
+ * Threads: any thread may submit, cancel, poll and read stats (a mutex guards the queues; no call blocks on
+ * model work). Tokens come back as events; tb_llm_batch_notify_fd is readable while events are pending. */
+#ifndef TORCHBURN_LLM_BATCH_H
+#define TORCHBURN_LLM_BATCH_H
+
+#include "torchburn/llm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { TB_LLM_BATCH_TOP_LOGPROBS = 20 };
+
+typedef struct tb_llm_batch_options {
+    int64_t slots;         /* sequences held at once, in [1, 256] */
+    int64_t ctx_size;      /* positions per slot (prompt + generated), >= 1 */
+    int64_t prefill_chunk; /* prompt tokens per step: a multiple of 16 in [16, 1024]; 0 means 64 */
+    bool kv_f16;           /* KV cache in IEEE half */
+} tb_llm_batch_options;
+
+typedef struct tb_llm_batch_request {
+    const int32_t *prompt; /* prompt_count >= 1 ids in [0, V); copied */
+    int64_t prompt_count;  /* <= ctx_size */
+    int64_t max_tokens;    /* >= 1; generation also stops when the slot's context is full */
+    tb_llm_sampling sampling;
+    /* OpenAI's penalties over the tokens generated so far: logit -= presence (if the token occurred) +
+     * frequency * occurrences; each in [-2, 2], 0 = off */
+    float presence_penalty, frequency_penalty;
+    const int32_t *stop_ids; /* copied */
+    int64_t stop_count;
+    int32_t logprobs;        /* -1: none; 0..TB_LLM_BATCH_TOP_LOGPROBS: the chosen token's and that many top ones */
+} tb_llm_batch_request;
+
+typedef struct tb_llm_batch_event {
+    uint64_t id;
+    int32_t token;        /* the produced token, or -1 (a final event without a token: cancelled or failed) */
+    tb_llm_finish finish; /* NONE while more tokens follow; STOP, LENGTH or ABORTED (cancel, failure) last */
+    bool failed;          /* the engine hit an error; tb_llm_batch_stats.last_error says which */
+    float logprob;        /* log softmax of the model's logits at `token` (when logprobs >= 0) */
+    int32_t top_count;
+    int32_t top_ids[TB_LLM_BATCH_TOP_LOGPROBS];
+    float top_logprobs[TB_LLM_BATCH_TOP_LOGPROBS];
+    /* in the final event: */
+    int64_t prompt_tokens, reused_tokens, generated_tokens;
+} tb_llm_batch_event;
+
+typedef struct tb_llm_batch_stats {
+    int64_t slots, ctx_size, prefill_chunk;
+    int64_t queued, active;                 /* waiting for a slot / holding one */
+    int64_t requests_submitted, requests_finished, requests_cancelled;
+    int64_t prompt_tokens, reused_tokens, prefix_hits, generated_tokens;
+    int64_t prefill_tokens_run;             /* prompt tokens actually run (prompt_tokens - reused) */
+    int64_t decode_steps, decode_rows;      /* steps and sequences summed over them */
+    double prefill_seconds, decode_seconds; /* engine time in prompt chunks / batched decode steps */
+    int64_t kv_positions_used, kv_positions_capacity; /* cached positions over all slots / slots x ctx_size */
+    int64_t kv_bytes;                       /* KV bytes allocated now */
+    char last_error[256];
+} tb_llm_batch_stats;
+
+typedef struct tb_llm_batch tb_llm_batch;
+
+/* Creates the engine and starts its thread. `model` must outlive it. Errors: TB_ERR_INVALID_ARGUMENT naming
+ * a bad option, TB_ERR_OUT_OF_MEMORY, TB_ERR_IO (no thread or pipe). */
+TB_API TB_NODISCARD tb_status tb_llm_batch_new(const tb_llm_model *model, const tb_llm_batch_options *options,
+                                               tb_llm_batch **out);
+/* Stops the thread (requests still running get no more events) and frees everything. */
+TB_API void tb_llm_batch_free(tb_llm_batch *batch);
+
+/* Queues a request and returns its id (> 0). Errors (nothing queued): TB_ERR_INVALID_ARGUMENT naming the
+ * problem (empty prompt, id outside the vocabulary, prompt longer than ctx_size, max_tokens < 1, bad
+ * sampling or penalties, logprobs out of range). */
+TB_API TB_NODISCARD tb_status tb_llm_batch_submit(tb_llm_batch *batch, const tb_llm_batch_request *request,
+                                                  uint64_t *id);
+/* Asks the engine to drop request `id` before its next step; its final event has finish ABORTED. An id that
+ * is unknown or already finished is ignored. */
+TB_API void tb_llm_batch_cancel(tb_llm_batch *batch, uint64_t id);
+
+/* Moves up to `capacity` pending events (oldest first) into `events` and returns how many; never blocks. */
+TB_API int64_t tb_llm_batch_poll(tb_llm_batch *batch, tb_llm_batch_event *events, int64_t capacity);
+/* Blocks until an event is pending or `timeout_seconds` pass; returns whether one is pending. */
+TB_API bool tb_llm_batch_wait(tb_llm_batch *batch, double timeout_seconds);
+/* A file descriptor that is readable while events are pending (for select/poll/asyncio); owned by the engine. */
+TB_API int tb_llm_batch_notify_fd(const tb_llm_batch *batch);
+
+TB_API void tb_llm_batch_get_stats(tb_llm_batch *batch, tb_llm_batch_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,712 @@
+/* The continuous-batching engine (contract in torchburn/llm_batch.h): a queue of requests, N slots each
+ * owning a session, and one engine thread that loops: under the lock, hand out events, honour cancels,
+ * release finished slots and admit queued requests into free ones; then, unlocked, pick each new request's
+ * cached prefix, run one aligned prompt chunk of the longest-waiting prefilling slot and one batched decode
+ * step of every decoding slot, sample, and record events.
+ *
+ * Determinism: a slot's "canonical" length counts its leading positions that were computed by whole
+ * prefill chunks [k P, (k + 1) P) (P = prefill_chunk) from a canonical prefix; only those are reused, and
+ * only in multiples of P, so a reused prefix holds exactly the bits a fresh prefill would compute. Decode
+ * rows are row-independent (llm_batch_forward.c). Hence the tokens of a request never depend on its
+ * neighbours, on the order of arrival, or on which slot served an earlier request. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "llm/llm_batch_internal.h"
+#include "torchburn/alloc.h"
+#include "torchburn/llm_batch.h"
+
+typedef struct request {
+    uint64_t id;
+    int32_t *prompt;
+    int64_t prompt_count, max_tokens;
+    tb_llm_sampling sampling;
+    float presence_penalty, frequency_penalty;
+    int32_t *stop_ids;
+    int64_t stop_count;
+    int32_t logprobs;
+    bool cancelled;
+    struct request *next;
+} request;
+
+typedef enum slot_state { SLOT_FREE, SLOT_ADMITTED, SLOT_PREFILL, SLOT_DECODE, SLOT_DONE } slot_state;
+
+typedef struct slot {
+    tb_llm_session *session;
+    slot_state state;
+    request *req;
+    tb_llm_sampler *sampler;
+    int64_t canonical; /* leading cached positions computed by whole aligned prefill chunks */
+    int64_t prefilled; /* prompt positions in the cache */
+    int64_t produced, reused;
+    int32_t pending;   /* last sampled token, not yet run through the model */
+    int32_t *counts;   /* [V] scratch for the OpenAI penalties, zero between uses */
+    uint64_t last_used, admitted;
+} slot;
+
+struct tb_llm_batch {
+    const tb_llm_model *model;
+    tb_llm_batch_options options;
+    slot *slots;
+    pthread_t thread;
+    bool thread_started, stop;
+    pthread_mutex_t lock;
+    pthread_cond_t wake, events_ready;
+    request *queue_head, *queue_tail;
+    tb_llm_batch_event *events; /* [event_head, event_count) are pending */
+    int64_t event_head, event_count, event_capacity;
+    tb_llm_batch_event *local; /* events of the current iteration (engine thread only) */
+    int64_t local_count, local_capacity;
+    int pipe_fds[2];
+    uint64_t next_id, clock;
+    tb_llm_batch_stats stats;
+    double prefill_seconds, decode_seconds; /* engine-side, published under the lock */
+    tb_llm_step_scratch scratch;
+    float *logits; /* [slots, V] */
+    tb_llm_session **step_sessions;
+    int32_t *step_tokens;
+    int64_t *step_slots;
+    char error[256];
+};
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void request_free(request *r) {
+    if (!r)
+        return;
+    free(r->prompt);
+    free(r->stop_ids);
+    free(r);
+}
+
+/* ---- events ---- */
+
+static bool push_local(tb_llm_batch *b, const tb_llm_batch_event *event) {
+    if (b->local_count == b->local_capacity) {
+        const int64_t capacity = b->local_capacity ? 2 * b->local_capacity : 64;
+        tb_llm_batch_event *grown = realloc(b->local, (size_t)capacity * sizeof *grown);
+        if (!grown)
+            return false;
+        b->local = grown;
+        b->local_capacity = capacity;
+    }
+    b->local[b->local_count++] = *event;
+    return true;
+}
+
+/* Under the lock: appends events and wakes readers. Returns false when out of memory (events dropped). */
+static bool publish(tb_llm_batch *b, const tb_llm_batch_event *events, int64_t count) {
+    if (count == 0)
+        return true;
+    if (b->event_head > 0 && b->event_head == b->event_count)
+        b->event_head = b->event_count = 0;
+    if (b->event_count + count > b->event_capacity) {
+        if (b->event_head > 0) {
+            memmove(b->events, b->events + b->event_head, (size_t)(b->event_count - b->event_head) * sizeof *b->events);
+            b->event_count -= b->event_head;
+            b->event_head = 0;
+        }
+        int64_t capacity = b->event_capacity ? b->event_capacity : 256;
+        while (capacity < b->event_count + count)
+            capacity *= 2;
+        if (capacity > b->event_capacity) {
+            tb_llm_batch_event *grown = realloc(b->events, (size_t)capacity * sizeof *grown);
+            if (!grown)
+                return false;
+            b->events = grown;
+            b->event_capacity = capacity;
+        }
+    }
+    const bool was_empty = b->event_head == b->event_count;
+    memcpy(b->events + b->event_count, events, (size_t)count * sizeof *events);
+    b->event_count += count;
+    if (was_empty) {
+        const char byte = 1;
+        ssize_t written = write(b->pipe_fds[1], &byte, 1); /* non-blocking; a full pipe is readable anyway */
+        (void)written;
+    }
+    pthread_cond_broadcast(&b->events_ready);
+    return true;
+}
+
+static void final_event(const tb_llm_batch *b, const slot *s, const request *r, int32_t token, tb_llm_finish finish,
+                        tb_llm_batch_event *e) {
+    (void)b;
+    memset(e, 0, sizeof *e);
+    e->id = r->id;
+    e->token = token;
+    e->finish = finish;
+    e->prompt_tokens = r->prompt_count;
+    e->reused_tokens = s ? s->reused : 0;
+    e->generated_tokens = s ? s->produced : 0;
+}
+
+/* ---- slots ---- */
+
+static int64_t common_prefix(const int32_t *a, int64_t a_count, const int32_t *b, int64_t b_count) {
+    int64_t n = 0;
+    while (n < a_count && n < b_count && a[n] == b[n])
+        n++;
+    return n;
+}
+
+/* Positions of `s`'s cache that request r may reuse: whole chunks of its canonical prefix, leaving at least
+ * the last prompt token to run (its logits start the generation). */
+static int64_t reusable(const tb_llm_batch *b, const slot *s, const request *r) {
+    const int64_t p = b->options.prefill_chunk;
+    int64_t n = common_prefix(tb_llm_session_tokens(s->session), s->canonical, r->prompt, r->prompt_count - 1);
+    return n / p * p;
+}
+
+/* Engine thread: picks the cached prefix of a newly admitted slot (its own or a copy of another slot's). */
+static tb_status start_slot(tb_llm_batch *b, slot *s) {
+    request *r = s->req;
+    int64_t own = reusable(b, s, r), best = own;
+    const slot *source = NULL;
+    for (int64_t i = 0; i < b->options.slots; i++) {
+        const slot *other = &b->slots[i];
+        if (other == s || other->state == SLOT_ADMITTED)
+            continue;
+        const int64_t n = reusable(b, other, r);
+        if (n > best) {
+            best = n;
+            source = other;
+        }
+    }
+    if (source)
+        TB_TRY(tb_llm_session_copy_prefix(s->session, source->session, best));
+    else
+        TB_TRY(tb_llm_session_truncate(s->session, own));
+    s->canonical = best;
+    s->prefilled = best;
+    s->reused = best;
+    s->produced = 0;
+    s->pending = -1;
+    tb_llm_sampler_free(s->sampler);
+    s->sampler = NULL;
+    TB_TRY(tb_llm_sampler_new(b->model->vocab, &r->sampling, &s->sampler));
+    if ((r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f) && !s->counts) {
+        s->counts = calloc((size_t)b->model->vocab, sizeof *s->counts);
+        if (!s->counts)
+            return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory for penalty counts");
+    }
+    s->state = SLOT_PREFILL;
+    return TB_OK;
+}
+
+static void fail_slot(tb_llm_batch *b, slot *s) {
+    snprintf(b->error, sizeof b->error, "%s", tb_error_message());
+    tb_llm_batch_event e;
+    final_event(b, s, s->req, -1, TB_LLM_FINISH_ABORTED, &e);
+    e.failed = true;
+    push_local(b, &e);
+    if (tb_llm_session_truncate(s->session, 0) != TB_OK) /* cannot fail: 0 is always a valid length */
+        tb_error_clear();
+    s->canonical = 0;
+    s->state = SLOT_DONE;
+}
+
+/* log of the softmax normalizer of logits[V], and the `top` largest entries as log probabilities. */
+static double fill_top_logprobs(const float *logits, int64_t vocab, int32_t top, tb_llm_batch_event *e) {
+    float max = -INFINITY;
+    for (int64_t v = 0; v < vocab; v++)
+        max = logits[v] > max ? logits[v] : max;
+    double sum = 0.0;
+    for (int64_t v = 0; v < vocab; v++)
+        sum += exp((double)logits[v] - (double)max);
+    const double log_z = (double)max + log(sum);
+    e->top_count = 0;
+    for (int64_t v = 0; v < vocab && top > 0; v++) { /* insertion into the (short) sorted top list */
+        const float x = logits[v];
+        int32_t at = e->top_count;
+        while (at > 0 && x > e->top_logprobs[at - 1])
+            at--;
+        if (at >= top)
+            continue;
+        const int32_t last = e->top_count < top ? e->top_count : top - 1;
+        for (int32_t j = last; j > at; j--) {
+            e->top_ids[j] = e->top_ids[j - 1];
+            e->top_logprobs[j] = e->top_logprobs[j - 1];
+        }
+        e->top_ids[at] = (int32_t)v;
+        e->top_logprobs[at] = x;
+        if (e->top_count < top)
+            e->top_count++;
+    }
+    for (int32_t j = 0; j < e->top_count; j++)
+        e->top_logprobs[j] = (float)((double)e->top_logprobs[j] - log_z);
+    return log_z;
+}
+
+/* Engine thread: samples the next token of slot `s` from its logits row (modified by the penalties) and
+ * records the event; the slot then decodes on or is done. */
+static tb_status take_token(tb_llm_batch *b, slot *s, float *logits) {
+    const request *r = s->req;
+    const int64_t vocab = b->model->vocab;
+    const int32_t *history = tb_llm_session_tokens(s->session);
+    const int64_t length = tb_llm_session_length(s->session);
+    tb_llm_batch_event e;
+    memset(&e, 0, sizeof e);
+    /* logprobs are those of the model's distribution (before penalties), as OpenAI reports them */
+    const double log_z = r->logprobs >= 0 ? fill_top_logprobs(logits, vocab, r->logprobs, &e) : 0.0;
+    if (s->counts) { /* the tokens generated so far are history[prompt_count, length) */
+        for (int64_t i = r->prompt_count; i < length; i++)
+            s->counts[history[i]]++;
+        for (int64_t i = r->prompt_count; i < length; i++) {
+            const int32_t t = history[i];
+            if (s->counts[t] > 0) {
+                logits[t] -= r->frequency_penalty * (float)s->counts[t] + r->presence_penalty;
+                s->counts[t] = -s->counts[t]; /* applied once per distinct token */
+            }
+        }
+    }
+    int32_t token = -1;
+    tb_status status = tb_llm_sampler_sample(s->sampler, logits, history, length, &token);
+    float raw = status == TB_OK ? logits[token] : 0.0f;
+    if (s->counts) {
+        if (status == TB_OK && s->counts[token] < 0)
+            raw += r->frequency_penalty * (float)-s->counts[token] + r->presence_penalty;
+        for (int64_t i = r->prompt_count; i < length; i++)
+            s->counts[history[i]] = 0;
+    }
+    TB_TRY(status);
+    const int32_t top_count = e.top_count;
+    int32_t top_ids[TB_LLM_BATCH_TOP_LOGPROBS];
+    float top_logprobs[TB_LLM_BATCH_TOP_LOGPROBS];
+    memcpy(top_ids, e.top_ids, sizeof top_ids);
+    memcpy(top_logprobs, e.top_logprobs, sizeof top_logprobs);
+    s->produced++;
+    tb_llm_finish finish = TB_LLM_FINISH_NONE;
+    for (int64_t i = 0; i < r->stop_count; i++)
+        if (r->stop_ids[i] == token)
+            finish = TB_LLM_FINISH_STOP;
+    if (finish == TB_LLM_FINISH_NONE &&
+        (s->produced >= r->max_tokens || length >= tb_llm_session_max_seq_len(s->session)))
+        finish = TB_LLM_FINISH_LENGTH;
+    final_event(b, s, r, token, finish, &e);
+    if (r->logprobs >= 0) {
+        e.logprob = (float)((double)raw - log_z);
+        e.top_count = top_count;
+        memcpy(e.top_ids, top_ids, sizeof top_ids);
+        memcpy(e.top_logprobs, top_logprobs, sizeof top_logprobs);
+    }
+    if (!push_local(b, &e))
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory for events");
+    s->pending = token;
+    s->state = finish == TB_LLM_FINISH_NONE ? SLOT_DECODE : SLOT_DONE;
+    return TB_OK;
+}
+
+/* Engine thread: one aligned prompt chunk of the prefilling slot admitted first. */
+static void prefill_step(tb_llm_batch *b) {
+    slot *s = NULL;
+    for (int64_t i = 0; i < b->options.slots; i++)
+        if (b->slots[i].state == SLOT_PREFILL && (!s || b->slots[i].admitted < s->admitted))
+            s = &b->slots[i];
+    if (!s)
+        return;
+    const request *r = s->req;
+    const int64_t p = b->options.prefill_chunk, begin = s->prefilled;
+    const int64_t end = (begin / p + 1) * p < r->prompt_count ? (begin / p + 1) * p : r->prompt_count;
+    const bool last = end == r->prompt_count;
+    const double start = now_seconds();
+    tb_status status = tb_llm_forward(s->session, r->prompt + begin, end - begin, last ? b->logits : NULL, false);
+    b->prefill_seconds += now_seconds() - start;
+    if (status != TB_OK) {
+        fail_slot(b, s);
+        return;
+    }
+    s->prefilled = end;
+    if (end % p == 0 && s->canonical == begin)
+        s->canonical = end;
+    if (last && take_token(b, s, b->logits) != TB_OK)
+        fail_slot(b, s);
+}
+
+/* Engine thread: one token of every decoding slot, together. */
+static void decode_step(tb_llm_batch *b) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < b->options.slots; i++)
+        if (b->slots[i].state == SLOT_DECODE) {
+            b->step_slots[m] = i;
+            b->step_sessions[m] = b->slots[i].session;
+            b->step_tokens[m++] = b->slots[i].pending;
+        }
+    if (m == 0)
+        return;
+    const double start = now_seconds();
+    tb_status status = tb_llm_forward_step(&b->scratch, b->step_sessions, b->step_tokens, m, b->logits);
+    b->decode_seconds += now_seconds() - start;
+    b->stats.decode_steps++;
+    b->stats.decode_rows += m;
+    for (int64_t j = 0; j < m; j++) {
+        slot *s = &b->slots[b->step_slots[j]];
+        if (status != TB_OK || take_token(b, s, b->logits + j * b->model->vocab) != TB_OK)
+            fail_slot(b, s);
+    }
+}
+
+/* Under the lock: publish this iteration's events, honour cancels, release finished slots, admit queued
+ * requests. Returns whether there is work for the engine. */
+static bool exchange(tb_llm_batch *b) {
+    for (int64_t i = 0; i < b->local_count; i++) {
+        const tb_llm_batch_event *e = &b->local[i];
+        if (e->token >= 0)
+            b->stats.generated_tokens++;
+        if (e->finish != TB_LLM_FINISH_NONE)
+            b->stats.requests_finished++;
+    }
+    if (!publish(b, b->local, b->local_count))
+        snprintf(b->error, sizeof b->error, "llm batch: out of memory for events (some were dropped)");
+    b->local_count = 0;
+    for (int64_t i = 0; i < b->options.slots; i++) {
+        slot *s = &b->slots[i];
+        if ((s->state == SLOT_PREFILL || s->state == SLOT_DECODE || s->state == SLOT_ADMITTED) && s->req->cancelled) {
+            tb_llm_batch_event e;
+            final_event(b, s, s->req, -1, TB_LLM_FINISH_ABORTED, &e);
+            publish(b, &e, 1);
+            b->stats.requests_finished++;
+            b->stats.requests_cancelled++;
+            s->state = SLOT_DONE;
+        }
+        if (s->state == SLOT_DONE) {
+            request_free(s->req);
+            s->req = NULL;
+            s->state = SLOT_FREE;
+        }
+    }
+    for (request **link = &b->queue_head; *link;) {
+        request *r = *link;
+        if (!r->cancelled) {
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        tb_llm_batch_event e;
+        final_event(b, NULL, r, -1, TB_LLM_FINISH_ABORTED, &e);
+        publish(b, &e, 1);
+        b->stats.requests_finished++;
+        b->stats.requests_cancelled++;
+        b->stats.queued--;
+        request_free(r);
+    }
+    b->queue_tail = NULL;
+    for (request *r = b->queue_head; r; r = r->next)
+        b->queue_tail = r;
+    while (b->queue_head) { /* the free slot whose own cache serves the request best, else the least recent */
+        slot *best = NULL;
+        int64_t best_reuse = -1;
+        for (int64_t i = 0; i < b->options.slots; i++) {
+            slot *s = &b->slots[i];
+            if (s->state != SLOT_FREE)
+                continue;
+            const int64_t n = reusable(b, s, b->queue_head);
+            if (n > best_reuse || (n == best_reuse && s->last_used < best->last_used)) {
+                best = s;
+                best_reuse = n;
+            }
+        }
+        if (!best)
+            break;
+        request *r = b->queue_head;
+        b->queue_head = r->next;
+        if (!b->queue_head)
+            b->queue_tail = NULL;
+        b->stats.queued--;
+        best->req = r;
+        best->state = SLOT_ADMITTED;
+        best->admitted = best->last_used = ++b->clock;
+    }
+    b->stats.prefill_seconds = b->prefill_seconds;
+    b->stats.decode_seconds = b->decode_seconds;
+    int64_t active = 0, used = 0;
+    for (int64_t i = 0; i < b->options.slots; i++) {
+        active += b->slots[i].state != SLOT_FREE;
+        used += tb_llm_session_length(b->slots[i].session);
+    }
+    const tb_llm_model *m = b->model;
+    b->stats.active = active;
+    b->stats.kv_positions_used = used;
+    b->stats.kv_bytes = used * 2 * m->n_layers * m->n_kv_heads * m->head_dim * (b->options.kv_f16 ? 2 : 4);
+    memcpy(b->stats.last_error, b->error, sizeof b->error);
+    return active > 0;
+}
+
+static void *engine_main(void *context) {
+    tb_llm_batch *b = context;
+    pthread_mutex_lock(&b->lock);
+    for (;;) {
+        const bool work = exchange(b);
+        if (b->stop)
+            break;
+        if (!work) {
+            pthread_cond_wait(&b->wake, &b->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&b->lock);
+        for (int64_t i = 0; i < b->options.slots; i++) {
+            slot *s = &b->slots[i];
+            if (s->state != SLOT_ADMITTED)
+                continue;
+            if (start_slot(b, s) != TB_OK) {
+                fail_slot(b, s);
+                continue;
+            }
+            pthread_mutex_lock(&b->lock);
+            b->stats.prompt_tokens += s->req->prompt_count;
+            b->stats.reused_tokens += s->reused;
+            b->stats.prefill_tokens_run += s->req->prompt_count - s->reused;
+            b->stats.prefix_hits += s->reused > 0;
+            pthread_mutex_unlock(&b->lock);
+        }
+        prefill_step(b);
+        decode_step(b);
+        pthread_mutex_lock(&b->lock);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return NULL;
+}
+
+/* ---- API ---- */
+
+static tb_status check_options(const tb_llm_model *model, const tb_llm_batch_options *o) {
+    if (!model || !o)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: NULL model or options");
+    if (o->slots < 1 || o->slots > 256)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: slots must be in [1, 256], got %lld",
+                            (long long)o->slots);
+    if (o->ctx_size < 1 || o->ctx_size > ((int64_t)1 << 24))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: ctx_size must be in [1, 16777216], got %lld",
+                            (long long)o->ctx_size);
+    if (o->prefill_chunk != 0 && (o->prefill_chunk < 16 || o->prefill_chunk > 1024 || o->prefill_chunk % 16 != 0))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                            "llm batch: prefill_chunk must be a multiple of 16 in [16, 1024] (or 0), got %lld",
+                            (long long)o->prefill_chunk);
+    return TB_OK;
+}
+
+tb_status tb_llm_batch_new(const tb_llm_model *model, const tb_llm_batch_options *options, tb_llm_batch **out) {
+    *out = NULL;
+    TB_TRY(check_options(model, options));
+    tb_llm_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory");
+    b->model = model;
+    b->options = *options;
+    if (b->options.prefill_chunk == 0)
+        b->options.prefill_chunk = 64;
+    b->pipe_fds[0] = b->pipe_fds[1] = -1;
+    b->next_id = 1;
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->wake, NULL);
+    pthread_cond_init(&b->events_ready, NULL);
+    const int64_t n = b->options.slots;
+    b->slots = calloc((size_t)n, sizeof *b->slots);
+    b->step_sessions = calloc((size_t)n, sizeof *b->step_sessions);
+    b->step_tokens = calloc((size_t)n, sizeof *b->step_tokens);
+    b->step_slots = calloc((size_t)n, sizeof *b->step_slots);
+    tb_status status = b->slots && b->step_sessions && b->step_tokens && b->step_slots
+                           ? TB_OK
+                           : tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory");
+    for (int64_t i = 0; status == TB_OK && i < n; i++)
+        status = tb_llm_session_new(model, b->options.ctx_size, b->options.kv_f16, &b->slots[i].session);
+    if (status == TB_OK)
+        status = tb_alloc((size_t)(n * model->vocab) * sizeof(float), TB_ALLOC_DEFAULT, (void **)&b->logits);
+    if (status == TB_OK && pipe(b->pipe_fds) != 0)
+        status = tb_error_set(TB_ERR_IO, "llm batch: pipe() failed: %s", strerror(errno));
+    for (int i = 0; status == TB_OK && i < 2; i++)
+        if (fcntl(b->pipe_fds[i], F_SETFL, fcntl(b->pipe_fds[i], F_GETFL) | O_NONBLOCK) != 0 ||
+            fcntl(b->pipe_fds[i], F_SETFD, FD_CLOEXEC) != 0)
+            status = tb_error_set(TB_ERR_IO, "llm batch: fcntl() failed: %s", strerror(errno));
+    b->stats.slots = n;
+    b->stats.ctx_size = b->options.ctx_size;
+    b->stats.prefill_chunk = b->options.prefill_chunk;
+    b->stats.kv_positions_capacity = n * b->options.ctx_size;
+    if (status == TB_OK) {
+        const int error = pthread_create(&b->thread, NULL, engine_main, b);
+        if (error != 0)
+            status = tb_error_set(TB_ERR_IO, "llm batch: cannot start the engine thread: %s", strerror(error));
+        b->thread_started = error == 0;
+    }
+    if (status != TB_OK) {
+        tb_llm_batch_free(b);
+        return status;
+    }
+    *out = b;
+    return TB_OK;
+}
+
+void tb_llm_batch_free(tb_llm_batch *b) {
+    if (!b)
+        return;
+    if (b->thread_started) {
+        pthread_mutex_lock(&b->lock);
+        b->stop = true;
+        pthread_cond_signal(&b->wake);
+        pthread_mutex_unlock(&b->lock);
+        pthread_join(b->thread, NULL);
+    }
+    for (int64_t i = 0; b->slots && i < b->options.slots; i++) {
+        tb_llm_session_free(b->slots[i].session);
+        tb_llm_sampler_free(b->slots[i].sampler);
+        request_free(b->slots[i].req);
+        free(b->slots[i].counts);
+    }
+    while (b->queue_head) {
+        request *next = b->queue_head->next;
+        request_free(b->queue_head);
+        b->queue_head = next;
+    }
+    for (int i = 0; i < 2; i++)
+        if (b->pipe_fds[i] >= 0)
+            close(b->pipe_fds[i]);
+    tb_llm_step_scratch_free(&b->scratch);
+    tb_free(b->logits);
+    free(b->slots);
+    free(b->step_sessions);
+    free(b->step_tokens);
+    free(b->step_slots);
+    free(b->events);
+    free(b->local);
+    pthread_cond_destroy(&b->events_ready);
+    pthread_cond_destroy(&b->wake);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+static tb_status check_request(const tb_llm_batch *b, const tb_llm_batch_request *r) {
+    const int64_t vocab = b->model->vocab;
+    if (!r || !r->prompt || r->prompt_count < 1)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: the prompt is empty (it needs at least one token)");
+    if (r->prompt_count > b->options.ctx_size)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: the prompt has %lld tokens but a slot holds %lld "
+                            "(ctx_size)", (long long)r->prompt_count, (long long)b->options.ctx_size);
+    for (int64_t i = 0; i < r->prompt_count; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= vocab)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: prompt token %d at position %lld is outside the "
+                                "vocabulary [0, %lld)", (int)r->prompt[i], (long long)i, (long long)vocab);
+    if (r->max_tokens < 1)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: max_tokens must be >= 1, got %lld",
+                            (long long)r->max_tokens);
+    TB_TRY(tb_llm_sampling_check(&r->sampling));
+    if (!(r->presence_penalty >= -2.0f && r->presence_penalty <= 2.0f))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: presence_penalty must be in [-2, 2], got %g",
+                            (double)r->presence_penalty);
+    if (!(r->frequency_penalty >= -2.0f && r->frequency_penalty <= 2.0f))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: frequency_penalty must be in [-2, 2], got %g",
+                            (double)r->frequency_penalty);
+    if (r->stop_count < 0 || (r->stop_count > 0 && !r->stop_ids))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: bad stop token list");
+    for (int64_t i = 0; i < r->stop_count; i++)
+        if (r->stop_ids[i] < 0 || r->stop_ids[i] >= vocab)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: stop token %d is outside the vocabulary [0, %lld)",
+                                (int)r->stop_ids[i], (long long)vocab);
+    if (r->logprobs < -1 || r->logprobs > TB_LLM_BATCH_TOP_LOGPROBS)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: logprobs must be in [-1, %d], got %d",
+                            TB_LLM_BATCH_TOP_LOGPROBS, (int)r->logprobs);
+    return TB_OK;
+}
+
+tb_status tb_llm_batch_submit(tb_llm_batch *b, const tb_llm_batch_request *desc, uint64_t *id) {
+    *id = 0;
+    TB_TRY(check_request(b, desc));
+    request *r = calloc(1, sizeof *r);
+    if (r) {
+        r->prompt = malloc((size_t)desc->prompt_count * sizeof *r->prompt);
+        r->stop_ids = malloc((size_t)(desc->stop_count > 0 ? desc->stop_count : 1) * sizeof *r->stop_ids);
+    }
+    if (!r || !r->prompt || !r->stop_ids) {
+        request_free(r);
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory");
+    }
+    memcpy(r->prompt, desc->prompt, (size_t)desc->prompt_count * sizeof *r->prompt);
+    if (desc->stop_count > 0)
+        memcpy(r->stop_ids, desc->stop_ids, (size_t)desc->stop_count * sizeof *r->stop_ids);
+    r->prompt_count = desc->prompt_count;
+    r->stop_count = desc->stop_count;
+    r->max_tokens = desc->max_tokens;
+    r->sampling = desc->sampling;
+    r->presence_penalty = desc->presence_penalty;
+    r->frequency_penalty = desc->frequency_penalty;
+    r->logprobs = desc->logprobs;
+    pthread_mutex_lock(&b->lock);
+    r->id = b->next_id++;
+    if (b->queue_tail)
+        b->queue_tail->next = r;
+    else
+        b->queue_head = r;
+    b->queue_tail = r;
+    b->stats.queued++;
+    b->stats.requests_submitted++;
+    *id = r->id;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->lock);
+    return TB_OK;
+}
+
+void tb_llm_batch_cancel(tb_llm_batch *b, uint64_t id) {
+    pthread_mutex_lock(&b->lock);
+    for (request *r = b->queue_head; r; r = r->next)
+        if (r->id == id)
+            r->cancelled = true;
+    for (int64_t i = 0; i < b->options.slots; i++)
+        if (b->slots[i].req && b->slots[i].req->id == id)
+            b->slots[i].req->cancelled = true;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->lock);
+}
+
+int64_t tb_llm_batch_poll(tb_llm_batch *b, tb_llm_batch_event *events, int64_t capacity) {
+    pthread_mutex_lock(&b->lock);
+    int64_t n = b->event_count - b->event_head;
+    n = n < capacity ? n : capacity;
+    if (n > 0)
+        memcpy(events, b->events + b->event_head, (size_t)n * sizeof *events);
+    b->event_head += n;
+    if (b->event_head == b->event_count) { /* drained: the fd stops being readable */
+        char bytes[64];
+        while (read(b->pipe_fds[0], bytes, sizeof bytes) > 0) {
+        }
+        b->event_head = b->event_count = 0;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return n;
+}
+
+bool tb_llm_batch_wait(tb_llm_batch *b, double timeout_seconds) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    const double whole = floor(timeout_seconds > 0 ? timeout_seconds : 0);
+    deadline.tv_sec += (time_t)whole;
+    deadline.tv_nsec += (long)((timeout_seconds - whole) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&b->lock);
+    while (b->event_head == b->event_count)
+        if (pthread_cond_timedwait(&b->events_ready, &b->lock, &deadline) != 0)
+            break;
+    const bool pending = b->event_head < b->event_count;
+    pthread_mutex_unlock(&b->lock);
+    return pending;
+}
+
+int tb_llm_batch_notify_fd(const tb_llm_batch *b) { return b->pipe_fds[0]; }
+
+void tb_llm_batch_get_stats(tb_llm_batch *b, tb_llm_batch_stats *out) {
+    pthread_mutex_lock(&b->lock);
+    *out = b->stats;
+    pthread_mutex_unlock(&b->lock);
+}

@@ -1,0 +1,145 @@
+/* Batched decode rows on AVX-512 VNNI: y[m, n] for several activation rows (one per sequence of a decode
+ * step) with exactly the roundings of the single-row decode kernel (row_vector_avx512vnni in
+ * llm_qmatmul_avx512vnni.c): per (activation row, weight row) two f32 accumulators taking the even and the
+ * odd 128-k (int4) / 64-k (int8) blocks, the K tail folded into the odd one, one horizontal sum of their
+ * sum. A sequence's numbers therefore do not depend on how many others share the step, while each weight
+ * row is read from memory once per step for all of them (tiles of NR weight rows x MB activation rows). */
+#include <immintrin.h>
+
+#include "llm/llm_batch_internal.h"
+#include "llm/x86_avx512vnni/llm_qmatmul_avx512vnni.h"
+
+enum { NR = 2, MB = 4 };
+
+/* One 128-k int4 block of weight row `row` against mb activation rows, accumulated into acc[i * NR]. */
+TB_INLINE void int4_step_rows(__m512i packed, __m512 w_scales, const unsigned char *act, int64_t ld_act, int mb,
+                              int64_t b, __m512 *acc) {
+    const __m512i low = _mm512_set1_epi8(15);
+    const __m512i lo = _mm512_and_si512(packed, low);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
+    for (int i = 0; i < mb; i++) {
+        const unsigned char *a = act + i * ld_act + b * TB_LLM_QACT_INT4_BLOCK_BYTES;
+        __m512i dot = _mm512_loadu_si512(a + 128);
+        dot = _mm512_dpbusd_epi32(dot, lo, _mm512_loadu_si512(a));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(a + 64));
+        const __m512 lane_scales = _mm512_mul_ps(w_scales, _mm512_loadu_ps((const float *)(a + 192)));
+        acc[i * NR] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), lane_scales, acc[i * NR]);
+    }
+}
+
+TB_INLINE void int4_tile(const uint8_t *const *rows, const float *const *scales, const unsigned char *act,
+                         int64_t ld_act, int mb, int64_t k, int64_t group, float dots[MB][NR]) {
+    const int64_t full = k / 128, groups = k / group;
+    __m512 even[MB * NR], odd[MB * NR];
+    for (int i = 0; i < MB * NR; i++)
+        even[i] = odd[i] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= full; b += 2)
+        for (int r = 0; r < NR; r++) {
+            int4_step_rows(_mm512_loadu_si512(rows[r] + 64 * b), int4_lane_scales_avx512vnni(scales[r], b, group, groups),
+                           act, ld_act, mb, b, even + r);
+            int4_step_rows(_mm512_loadu_si512(rows[r] + 64 * b + 64),
+                           int4_lane_scales_avx512vnni(scales[r], b + 1, group, groups), act, ld_act, mb, b + 1, odd + r);
+        }
+    if (b < full)
+        for (int r = 0; r < NR; r++)
+            int4_step_rows(_mm512_loadu_si512(rows[r] + 64 * b), int4_lane_scales_avx512vnni(scales[r], b, group, groups),
+                           act, ld_act, mb, b, even + r);
+    if (full * 128 < k) { /* the tail starts from zero and is added, as the single-row kernel does */
+        const __mmask64 mask = (__mmask64)((1ull << ((k - full * 128) / 2)) - 1);
+        __m512 tail[MB * NR];
+        for (int i = 0; i < MB * NR; i++)
+            tail[i] = _mm512_setzero_ps();
+        for (int r = 0; r < NR; r++)
+            int4_step_rows(_mm512_maskz_loadu_epi8(mask, rows[r] + 64 * full),
+                           int4_lane_scales_avx512vnni(scales[r], full, group, groups), act, ld_act, mb, full, tail + r);
+        for (int i = 0; i < MB * NR; i++)
+            odd[i] = _mm512_add_ps(odd[i], tail[i]);
+    }
+    for (int i = 0; i < mb; i++)
+        for (int r = 0; r < NR; r++)
+            dots[i][r] = _mm512_reduce_add_ps(_mm512_add_ps(even[i * NR + r], odd[i * NR + r]));
+}
+
+TB_INLINE void int8_step_rows(__m512i w, const unsigned char *act, int64_t ld_act, int mb, int64_t c, __m512 *acc) {
+    for (int i = 0; i < mb; i++) {
+        const unsigned char *a = act + i * ld_act + c * TB_LLM_QACT_INT8_BLOCK_BYTES;
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_loadu_si512(a + 64), w, _mm512_loadu_si512(a));
+        acc[i * NR] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_loadu_ps((const float *)(a + 128)), acc[i * NR]);
+    }
+}
+
+TB_INLINE void int8_tile(const uint8_t *const *rows, const unsigned char *act, int64_t ld_act, int mb, int64_t k,
+                         float dots[MB][NR]) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const int64_t full = k / 64;
+    __m512 even[MB * NR], odd[MB * NR];
+    for (int i = 0; i < MB * NR; i++)
+        even[i] = odd[i] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 2 <= full; c += 2)
+        for (int r = 0; r < NR; r++) {
+            int8_step_rows(_mm512_xor_si512(_mm512_loadu_si512(rows[r] + 64 * c), flip), act, ld_act, mb, c, even + r);
+            int8_step_rows(_mm512_xor_si512(_mm512_loadu_si512(rows[r] + 64 * c + 64), flip), act, ld_act, mb, c + 1,
+                           odd + r);
+        }
+    if (c < full)
+        for (int r = 0; r < NR; r++)
+            int8_step_rows(_mm512_xor_si512(_mm512_loadu_si512(rows[r] + 64 * c), flip), act, ld_act, mb, c, even + r);
+    if (full * 64 < k) { /* the tail goes straight into the odd accumulator, as the single-row kernel does */
+        const __mmask64 mask = (__mmask64)((1ull << (k - full * 64)) - 1);
+        for (int r = 0; r < NR; r++)
+            int8_step_rows(_mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, rows[r] + 64 * full), flip), act, ld_act, mb,
+                           full, odd + r);
+    }
+    for (int i = 0; i < mb; i++)
+        for (int r = 0; r < NR; r++)
+            dots[i][r] = _mm512_reduce_add_ps(_mm512_add_ps(even[i * NR + r], odd[i * NR + r]));
+}
+
+static void dots_for(const tb_quant_weight *w, const uint8_t *const *rows, const float *const *scales,
+                     const unsigned char *act, int64_t ld_act, int64_t mb, float dots[MB][NR]) {
+#define TILE(MBV)                                                                                      \
+    do {                                                                                               \
+        if (w->type == TB_QUANT_INT8)                                                                  \
+            int8_tile(rows, act, ld_act, MBV, w->k, dots);                                             \
+        else if (w->group_size == 64)                                                                  \
+            int4_tile(rows, scales, act, ld_act, MBV, w->k, 64, dots);                                 \
+        else if (w->group_size == 32)                                                                  \
+            int4_tile(rows, scales, act, ld_act, MBV, w->k, 32, dots);                                 \
+        else                                                                                           \
+            int4_tile(rows, scales, act, ld_act, MBV, w->k, w->group_size, dots);                      \
+    } while (0)
+    switch (mb) {
+    case 1: TILE(1); break;
+    case 2: TILE(2); break;
+    case 3: TILE(3); break;
+    default: TILE(4); break;
+    }
+#undef TILE
+}
+
+void tb_llm_batch_rows_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
+    const tb_quant_weight *w = run->w;
+    const bool int4 = w->type == TB_QUANT_INT4;
+    for (int64_t n = n_begin; n < n_end; n += NR) {
+        const int64_t nr = n_end - n < NR ? n_end - n : NR;
+        const uint8_t *rows[NR];
+        const float *scales[NR];
+        for (int r = 0; r < NR; r++) { /* a short block repeats its last row; those results are dropped */
+            const int64_t row = n + (r < nr ? r : nr - 1);
+            rows[r] = (const uint8_t *)w->data + row * w->row_bytes;
+            scales[r] = w->scales + row * w->scales_per_row;
+        }
+        for (int64_t m = 0; m < run->m; m += MB) {
+            const int64_t mb = run->m - m < MB ? run->m - m : MB;
+            float dots[MB][NR];
+            dots_for(w, rows, scales, run->act + m * run->act_row_bytes, run->act_row_bytes, mb, dots);
+            for (int64_t i = 0; i < mb; i++)
+                for (int64_t r = 0; r < nr; r++) {
+                    const float value = int4 ? dots[i][r] : dots[i][r] * scales[r][0];
+                    run->y[(m + i) * run->y_row_stride + n + r] = value + (run->bias ? run->bias[n + r] : 0.0f);
+                }
+        }
+    }
+}

@@ -1,0 +1,406 @@
+/* Tests of continuous batching (torchburn/llm_batch.h): the batched decode kernel against the single-row
+ * decode kernel bit for bit, then the engine on a tiny random Qwen2 folder written here: concurrent requests
+ * (greedy and seeded sampling, int4/int8/f32) give exactly the tokens each gives alone, the alone result equals
+ * tb_llm_generate when the prompt fits one chunk, prefix reuse is counted and changes nothing, cancellation
+ * frees the slot, bad requests are refused with a message. */
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "llm/llm_batch_internal.h"
+#include "tb_test.h"
+#include "torchburn/alloc.h"
+#include "torchburn/llm_batch.h"
+#include "torchburn/safetensors.h"
+#include "torchburn/thread_pool.h"
+
+enum { VOCAB = 200, HIDDEN = 128, INTER = 256, LAYERS = 2, HEADS = 4, KV_HEADS = 2, HEAD_DIM = 32 };
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float uniform(void) { /* [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+/* ---- the batched rows kernel equals the single-row one bit for bit ---- */
+
+static void test_batch_rows(void) {
+#ifdef TB_HAVE_X86
+    if (tb_llm_qkernels_active() != &tb_llm_qkernels_avx512vnni) {
+        printf("llm_batch: no AVX-512 VNNI; the batch kernel is not used here\n");
+        return;
+    }
+    const int64_t ks[] = {64, 96, 128, 256, 320, 896};
+    const int64_t groups[] = {32, 64, 128};
+    for (int format = 0; format < 2; format++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (size_t gi = 0; gi < (format == 0 ? 3u : 1u); gi++) {
+                const int64_t n = 37, k = ks[ki], group = groups[gi];
+                if (format == 0 && k % group != 0)
+                    continue;
+                const tb_llm_quant quant = format == 0 ? TB_LLM_QUANT_INT4 : TB_LLM_QUANT_INT8;
+                float *w = malloc(sizeof(float) * (size_t)(n * k)), *bias = malloc(sizeof(float) * (size_t)n);
+                for (int64_t i = 0; i < n * k; i++)
+                    w[i] = uniform() * 0.5f;
+                for (int64_t i = 0; i < n; i++)
+                    bias[i] = uniform();
+                void *data = malloc((size_t)(quant == TB_LLM_QUANT_INT8 ? n * k : n * k / 2) + 64);
+                float *scales = malloc(sizeof(float) * (size_t)(quant == TB_LLM_QUANT_INT8 ? n : n * k / group));
+                llm_matrix m = {.n = n, .k = k, .format = quant, .has_bias = true, .bias = bias};
+                TB_CHECK((quant == TB_LLM_QUANT_INT8 ? tb_quantize_int8(w, n, k, data, scales)
+                                                     : tb_llm_quantize_int4(w, n, k, group, data, scales)) == TB_OK);
+                TB_CHECK(tb_llm_matrix_bind(&m, data, scales, group) == TB_OK);
+                for (int64_t rows = 1; rows <= 9; rows += 2) {
+                    float *x = malloc(sizeof(float) * (size_t)(rows * k));
+                    float *batched = malloc(sizeof(float) * (size_t)(rows * n));
+                    float *single = malloc(sizeof(float) * (size_t)(rows * n));
+                    for (int64_t i = 0; i < rows * k; i++)
+                        x[i] = uniform() * (i % 7 == 0 ? 8.0f : 1.0f);
+                    const int64_t row_bytes = tb_llm_qact_row_bytes(quant, k);
+                    unsigned char *act = NULL;
+                    TB_CHECK(tb_alloc((size_t)(rows * row_bytes), TB_ALLOC_DEFAULT, (void **)&act) == TB_OK);
+                    for (int64_t r = 0; r < rows; r++) {
+                        tb_llm_qkernels_avx512vnni.prepare(quant, x + r * k, k, act + r * row_bytes);
+                        TB_CHECK(tb_llm_qmatmul(&tb_llm_qkernels_avx512vnni, &m, x + r * k, k, 1, single + r * n) ==
+                                 TB_OK);
+                    }
+                    tb_llm_qrun run = {.w = &m.q, .m = rows, .act = act, .act_row_bytes = row_bytes, .y = batched,
+                                       .y_row_stride = n, .bias = bias};
+                    tb_llm_batch_rows_avx512vnni(&run, 0, n);
+                    TB_CHECK_MSG(memcmp(batched, single, sizeof(float) * (size_t)(rows * n)) == 0,
+                                 "%s k=%lld group=%lld rows=%lld: batched rows differ from single rows",
+                                 format == 0 ? "int4" : "int8", (long long)k, (long long)group, (long long)rows);
+                    tb_free(act);
+                    free(x);
+                    free(batched);
+                    free(single);
+                }
+                free(w);
+                free(bias);
+                free(data);
+                free(scales);
+            }
+#endif
+}
+
+/* ---- a tiny model folder ---- */
+
+static void write_model(const char *dir) {
+    char path[700], config[1024];
+    mkdir(dir, 0755);
+    snprintf(config, sizeof config,
+             "{\"model_type\": \"qwen2\", \"vocab_size\": %d, \"hidden_size\": %d, \"intermediate_size\": %d, "
+             "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
+             "\"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, "
+             "\"tie_word_embeddings\": true, \"eos_token_id\": 2, \"hidden_act\": \"silu\"}",
+             VOCAB, HIDDEN, INTER, LAYERS, HEADS, KV_HEADS);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "wb");
+    TB_CHECK(f != NULL);
+    if (!f)
+        return;
+    fputs(config, f);
+    fclose(f);
+    enum { MAX_TENSORS = 40 };
+    tb_safetensors_entry entries[MAX_TENSORS];
+    char names[MAX_TENSORS][96];
+    float *buffers[MAX_TENSORS];
+    int count = 0;
+    struct { const char *name; int64_t rows, cols; float scale, offset; } specs[] = {
+        {"input_layernorm.weight", HIDDEN, 0, 0.1f, 1.0f},
+        {"post_attention_layernorm.weight", HIDDEN, 0, 0.1f, 1.0f},
+        {"self_attn.q_proj.weight", HEADS * HEAD_DIM, HIDDEN, 0.3f, 0.0f},
+        {"self_attn.k_proj.weight", KV_HEADS * HEAD_DIM, HIDDEN, 0.3f, 0.0f},
+        {"self_attn.v_proj.weight", KV_HEADS * HEAD_DIM, HIDDEN, 0.3f, 0.0f},
+        {"self_attn.o_proj.weight", HIDDEN, HEADS * HEAD_DIM, 0.3f, 0.0f},
+        {"mlp.gate_proj.weight", INTER, HIDDEN, 0.3f, 0.0f},
+        {"mlp.up_proj.weight", INTER, HIDDEN, 0.3f, 0.0f},
+        {"mlp.down_proj.weight", HIDDEN, INTER, 0.3f, 0.0f},
+        {"self_attn.q_proj.bias", HEADS * HEAD_DIM, 0, 0.3f, 0.0f},
+        {"self_attn.k_proj.bias", KV_HEADS * HEAD_DIM, 0, 0.3f, 0.0f},
+        {"self_attn.v_proj.bias", KV_HEADS * HEAD_DIM, 0, 0.3f, 0.0f},
+    };
+    for (int l = -1; l < LAYERS; l++) {
+        const int n = l < 0 ? 2 : (int)(sizeof specs / sizeof specs[0]);
+        for (int i = 0; i < n; i++) {
+            const char *name = l < 0 ? (i == 0 ? "model.embed_tokens.weight" : "model.norm.weight") : specs[i].name;
+            const int64_t rows = l < 0 ? (i == 0 ? VOCAB : HIDDEN) : specs[i].rows;
+            const int64_t cols = l < 0 ? (i == 0 ? HIDDEN : 0) : specs[i].cols;
+            const float scale = l < 0 ? (i == 0 ? 1.0f : 0.1f) : specs[i].scale;
+            const float offset = l < 0 ? (i == 0 ? 0.0f : 1.0f) : specs[i].offset;
+            if (l < 0)
+                snprintf(names[count], sizeof names[count], "%s", name);
+            else
+                snprintf(names[count], sizeof names[count], "model.layers.%d.%s", l, name);
+            const int64_t numel = rows * (cols > 0 ? cols : 1);
+            buffers[count] = malloc(sizeof(float) * (size_t)numel);
+            for (int64_t j = 0; j < numel; j++)
+                buffers[count][j] = uniform() * scale + offset;
+            entries[count] = (tb_safetensors_entry){.name = names[count], .dtype = TB_SAFETENSORS_F32,
+                                                    .ndim = cols > 0 ? 2 : 1, .shape = {rows, cols},
+                                                    .data = buffers[count]};
+            count++;
+        }
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    TB_CHECK(tb_safetensors_write(path, entries, (size_t)count, NULL, NULL, 0) == TB_OK);
+    for (int i = 0; i < count; i++)
+        free(buffers[i]);
+}
+
+/* ---- engine helpers ---- */
+
+enum { MAX_REQUESTS = 12, MAX_OUT = 64 };
+
+typedef struct outcome {
+    uint64_t id;
+    int32_t tokens[MAX_OUT];
+    float logprobs[MAX_OUT]; /* of each token: bit-exact equality of these shows the logits were equal */
+    int64_t count, reused;
+    tb_llm_finish finish;
+    bool failed;
+} outcome;
+
+/* Waits for the final events of requests out[0..n) (ids set), collecting their tokens. */
+static void collect(tb_llm_batch *b, outcome *out, int n) {
+    int done = 0;
+    tb_llm_batch_event events[32];
+    for (int spins = 0; done < n && spins < 20000; spins++) {
+        if (!tb_llm_batch_wait(b, 0.05))
+            continue;
+        const int64_t got = tb_llm_batch_poll(b, events, 32);
+        for (int64_t e = 0; e < got; e++)
+            for (int i = 0; i < n; i++) {
+                if (out[i].id != events[e].id)
+                    continue;
+                if (events[e].token >= 0 && out[i].count < MAX_OUT) {
+                    out[i].logprobs[out[i].count] = events[e].logprob;
+                    out[i].tokens[out[i].count++] = events[e].token;
+                }
+                if (events[e].finish != TB_LLM_FINISH_NONE) {
+                    out[i].finish = events[e].finish;
+                    out[i].failed = events[e].failed;
+                    out[i].reused = events[e].reused_tokens;
+                    done++;
+                }
+            }
+    }
+    TB_CHECK_MSG(done == n, "only %d of %d requests finished", done, n);
+}
+
+typedef struct prompt_set {
+    int32_t ids[MAX_REQUESTS][120];
+    int64_t lengths[MAX_REQUESTS];
+    int n;
+} prompt_set;
+
+static tb_llm_batch_request make_request(const prompt_set *p, int i, int64_t max_tokens) {
+    tb_llm_batch_request r = {.prompt = p->ids[i], .prompt_count = p->lengths[i], .max_tokens = max_tokens,
+                              .logprobs = i % 2 ? 3 : 0};
+    tb_llm_sampling_default(&r.sampling);
+    if (i % 3 == 1) { /* some requests sample (seeded), the rest are greedy */
+        r.sampling.temperature = 0.9f;
+        r.sampling.seed = 1000 + (uint64_t)i;
+    }
+    if (i % 4 == 3) {
+        r.presence_penalty = 0.5f;
+        r.frequency_penalty = 0.3f;
+    }
+    return r;
+}
+
+static tb_llm_batch *new_engine(const tb_llm_model *model, int64_t slots, int64_t chunk) {
+    tb_llm_batch_options options = {.slots = slots, .ctx_size = 200, .prefill_chunk = chunk};
+    tb_llm_batch *b = NULL;
+    TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_OK);
+    return b;
+}
+
+/* The batched step's logits equal each session's own single-token forward bit for bit. */
+static void test_step_logits(const tb_llm_model *model, const char *what) {
+    enum { M = 5, STEPS = 3 };
+    tb_llm_session *batched[M], *single[M];
+    tb_llm_step_scratch scratch;
+    memset(&scratch, 0, sizeof scratch);
+    float *logits = malloc(sizeof(float) * M * VOCAB), *expected = malloc(sizeof(float) * VOCAB);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = (i * 31 + 7) % VOCAB;
+    for (int i = 0; i < M; i++) {
+        TB_CHECK(tb_llm_session_new(model, 64, i == 2, &batched[i]) == TB_OK && tb_llm_session_new(model, 64, i == 2,
+                                                                                                 &single[i]) == TB_OK);
+        TB_CHECK(tb_llm_forward(batched[i], prompt + i, 5 + 7 * i, NULL, false) == TB_OK);
+        TB_CHECK(tb_llm_forward(single[i], prompt + i, 5 + 7 * i, NULL, false) == TB_OK);
+    }
+    bool same = true;
+    for (int step = 0; step < STEPS; step++) {
+        int32_t tokens[M];
+        for (int i = 0; i < M; i++)
+            tokens[i] = (int32_t)((step * 17 + i * 3) % VOCAB);
+        TB_CHECK(tb_llm_forward_step(&scratch, batched, tokens, M, logits) == TB_OK);
+        for (int i = 0; i < M; i++) {
+            TB_CHECK(tb_llm_forward(single[i], &tokens[i], 1, expected, false) == TB_OK);
+            same &= memcmp(expected, logits + i * VOCAB, sizeof(float) * VOCAB) == 0;
+            same &= tb_llm_session_length(batched[i]) == tb_llm_session_length(single[i]);
+        }
+    }
+    TB_CHECK_MSG(same, "%s: batched step logits differ from single-sequence decode", what);
+    for (int i = 0; i < M; i++) {
+        tb_llm_session_free(batched[i]);
+        tb_llm_session_free(single[i]);
+    }
+    tb_llm_step_scratch_free(&scratch);
+    free(logits);
+    free(expected);
+}
+
+static void test_engine(const char *dir, tb_llm_quant quant) {
+    tb_llm_load_options load = {.quant = quant, .group_size = 32};
+    tb_llm_model *model = NULL;
+    TB_CHECK(tb_llm_model_load(dir, &load, &model) == TB_OK);
+    if (!model)
+        return;
+    test_step_logits(model, tb_llm_quant_name(quant));
+    prompt_set p = {.n = MAX_REQUESTS};
+    for (int i = 0; i < p.n; i++) { /* lengths 3..113; requests 4.. share a 40-token prefix with request 3 */
+        p.lengths[i] = 3 + (i * 37) % 111;
+        for (int64_t t = 0; t < p.lengths[i]; t++)
+            p.ids[i][t] = (i >= 3 && t < 40) ? (int32_t)((t * 13 + 5) % VOCAB) : (int32_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % VOCAB;
+        if (i >= 3 && p.lengths[i] < 45)
+            p.lengths[i] = 45 + i;
+    }
+    const int64_t max_tokens = 24;
+    /* alone: a fresh one-slot engine per request (no reuse, nothing beside it) */
+    outcome alone[MAX_REQUESTS];
+    memset(alone, 0, sizeof alone);
+    for (int i = 0; i < p.n; i++) {
+        tb_llm_batch *b = new_engine(model, 1, 16);
+        if (!b)
+            break;
+        tb_llm_batch_request r = make_request(&p, i, max_tokens);
+        TB_CHECK(tb_llm_batch_submit(b, &r, &alone[i].id) == TB_OK);
+        collect(b, &alone[i], 1);
+        TB_CHECK(alone[i].finish == TB_LLM_FINISH_LENGTH && alone[i].count == max_tokens && !alone[i].failed);
+        tb_llm_batch_free(b);
+    }
+    /* oracle: with one chunk covering the prompt, the engine equals tb_llm_generate on a fresh session */
+    for (int i = 0; i < p.n; i += 5) {
+        tb_llm_batch *b = new_engine(model, 1, 256 > p.lengths[i] ? 128 : 256);
+        outcome one;
+        memset(&one, 0, sizeof one);
+        tb_llm_batch_request r = make_request(&p, i, max_tokens);
+        r.presence_penalty = r.frequency_penalty = 0.0f;
+        TB_CHECK(tb_llm_batch_submit(b, &r, &one.id) == TB_OK);
+        collect(b, &one, 1);
+        tb_llm_batch_free(b);
+        tb_llm_session *session = NULL;
+        TB_CHECK(tb_llm_session_new(model, 200, false, &session) == TB_OK);
+        tb_llm_generate_desc desc = {.prompt = r.prompt, .prompt_count = r.prompt_count, .max_tokens = max_tokens,
+                                     .sampling = r.sampling};
+        int32_t tokens[MAX_OUT];
+        tb_llm_stats stats;
+        TB_CHECK(tb_llm_generate(session, &desc, NULL, NULL, tokens, MAX_OUT, &stats) == TB_OK);
+        TB_CHECK_MSG(stats.generated_tokens == one.count && memcmp(tokens, one.tokens, sizeof(int32_t) *
+                                                                   (size_t)one.count) == 0,
+                     "%s request %d: the engine differs from tb_llm_generate", tb_llm_quant_name(quant), i);
+        tb_llm_session_free(session);
+    }
+    /* together: all requests at once into 5 slots with 16-token chunks (queueing, joining, leaving, reuse) */
+    tb_llm_batch *b = new_engine(model, 5, 16);
+    if (b) {
+        outcome together[MAX_REQUESTS];
+        memset(together, 0, sizeof together);
+        for (int i = 0; i < p.n; i++) {
+            tb_llm_batch_request r = make_request(&p, i, max_tokens);
+            TB_CHECK(tb_llm_batch_submit(b, &r, &together[i].id) == TB_OK);
+        }
+        collect(b, together, p.n);
+        for (int i = 0; i < p.n; i++)
+            TB_CHECK_MSG(together[i].count == alone[i].count &&
+                             memcmp(together[i].tokens, alone[i].tokens, sizeof(int32_t) * (size_t)alone[i].count) == 0 &&
+                             memcmp(together[i].logprobs, alone[i].logprobs, sizeof(float) * (size_t)alone[i].count) == 0,
+                         "%s request %d: batched tokens differ from the request run alone", tb_llm_quant_name(quant), i);
+        tb_llm_batch_stats stats;
+        tb_llm_batch_get_stats(b, &stats);
+        TB_CHECK(stats.decode_rows > stats.decode_steps); /* steps did batch several sequences */
+        TB_CHECK(stats.requests_finished == p.n && stats.queued == 0);
+        /* sequential prefix reuse: request 4 again after request 3 finished reuses whole 16-token chunks */
+        outcome again[2];
+        memset(again, 0, sizeof again);
+        for (int j = 0; j < 2; j++) {
+            tb_llm_batch_request r = make_request(&p, 3 + j, max_tokens);
+            TB_CHECK(tb_llm_batch_submit(b, &r, &again[j].id) == TB_OK);
+            collect(b, &again[j], 1);
+            TB_CHECK(again[j].count == alone[3 + j].count &&
+                     memcmp(again[j].tokens, alone[3 + j].tokens, sizeof(int32_t) * (size_t)alone[3 + j].count) == 0 &&
+                     memcmp(again[j].logprobs, alone[3 + j].logprobs, sizeof(float) * (size_t)alone[3 + j].count) == 0);
+        }
+        TB_CHECK_MSG(again[1].reused >= 32 && again[1].reused % 16 == 0, "reused %lld", (long long)again[1].reused);
+        tb_llm_batch_get_stats(b, &stats);
+        TB_CHECK(stats.prefix_hits >= 2 && stats.reused_tokens >= 32);
+        /* cancellation: the final event says aborted and the slots come free */
+        outcome cancelled[5];
+        memset(cancelled, 0, sizeof cancelled);
+        for (int j = 0; j < 5; j++) {
+            tb_llm_batch_request r = make_request(&p, j, 150);
+            TB_CHECK(tb_llm_batch_submit(b, &r, &cancelled[j].id) == TB_OK);
+            tb_llm_batch_cancel(b, cancelled[j].id);
+        }
+        collect(b, cancelled, 5);
+        for (int j = 0; j < 5; j++)
+            TB_CHECK(cancelled[j].finish == TB_LLM_FINISH_ABORTED && cancelled[j].count < 150);
+        tb_llm_batch_get_stats(b, &stats);
+        TB_CHECK(stats.active == 0 && stats.queued == 0 && stats.requests_cancelled == 5);
+        /* bad requests */
+        tb_llm_batch_request bad = make_request(&p, 0, max_tokens);
+        uint64_t id = 0;
+        bad.max_tokens = 0;
+        TB_CHECK(tb_llm_batch_submit(b, &bad, &id) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "max_tokens"));
+        bad = make_request(&p, 0, max_tokens);
+        int32_t outside[2] = {1, VOCAB};
+        bad.prompt = outside;
+        bad.prompt_count = 2;
+        TB_CHECK(tb_llm_batch_submit(b, &bad, &id) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "vocabulary"));
+        bad = make_request(&p, 0, max_tokens);
+        bad.prompt_count = 201;
+        TB_CHECK(tb_llm_batch_submit(b, &bad, &id) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "ctx_size"));
+        bad = make_request(&p, 0, max_tokens);
+        bad.sampling.temperature = NAN;
+        TB_CHECK(tb_llm_batch_submit(b, &bad, &id) == TB_ERR_INVALID_ARGUMENT);
+        bad = make_request(&p, 0, max_tokens);
+        bad.presence_penalty = 3.0f;
+        TB_CHECK(tb_llm_batch_submit(b, &bad, &id) == TB_ERR_INVALID_ARGUMENT);
+        tb_llm_batch_free(b);
+    }
+    tb_llm_batch_options wrong = {.slots = 0, .ctx_size = 10};
+    tb_llm_batch *none = NULL;
+    TB_CHECK(tb_llm_batch_new(model, &wrong, &none) == TB_ERR_INVALID_ARGUMENT && none == NULL);
+    wrong = (tb_llm_batch_options){.slots = 2, .ctx_size = 10, .prefill_chunk = 20};
+    TB_CHECK(tb_llm_batch_new(model, &wrong, &none) == TB_ERR_INVALID_ARGUMENT);
+    tb_llm_model_free(model);
+}
+
+int main(void) {
+    test_batch_rows();
+    char root[] = "/tmp/tb_test_llm_batch_XXXXXX";
+    if (!mkdtemp(root)) {
+        TB_CHECK(!"mkdtemp failed");
+        return tb_test_finish("llm_batch");
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/qwen", root);
+    write_model(dir);
+    for (int threads = 1; threads <= 2; threads++) {
+        TB_CHECK(tb_set_num_threads(threads) == TB_OK);
+        test_engine(dir, TB_LLM_QUANT_INT4);
+        test_engine(dir, TB_LLM_QUANT_INT8);
+        if (threads == 2)
+            test_engine(dir, TB_LLM_QUANT_NONE);
+    }
+    char command[700];
+    snprintf(command, sizeof command, "rm -rf '%s'", root);
+    TB_CHECK(system(command) == 0);
+    return tb_test_finish("llm_batch");
+}

@@ -1,0 +1,412 @@
+"""torchburn-llm serve through the official `openai` client on loopback, against a tiny random Qwen2 built
+here: chat, completions, streaming, stop strings, seeds, API keys, /v1/models, /health while loading,
+/metrics; 16 concurrent greedy streams equal the same requests one at a time and LLM.generate_tokens;
+disconnects free slots; prefix reuse is counted; malformed requests get 4xx; memory stays flat."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+pytest.importorskip("jinja2")
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+from torchburn.llm import LLM
+from torchburn.llm.serve import create_app, serve_in_thread
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+MODEL_ID = "tiny-qwen2"
+CTX = 384
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["The quick brown fox jumps over the lazy dog. " * 3,
+                             "Once upon a time in distributed systems, consensus was hard to reach."] * 20, trainer)
+    return tok
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve_model") / "qwen2"
+    torch.manual_seed(77)
+    config = transformers.Qwen2Config(vocab_size=400, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                                      tie_word_embeddings=True, eos_token_id=2, bos_token_id=0)
+    transformers.Qwen2ForCausalLM(config).eval().save_pretrained(folder)
+    _tokenizer().save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": "<|im_end|>"}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir, tmp_path_factory):
+    import os
+
+    os.environ.setdefault("TORCHBURN_CACHE_DIR", str(tmp_path_factory.mktemp("tbcache")))
+    return LLM.from_pretrained(model_dir, quant="int4", quiet=True, max_seq_len=CTX)
+
+
+@pytest.fixture(scope="module")
+def server(llm):
+    """(base_url, app state); /health is 503 until the gate opens."""
+    gate = threading.Event()
+
+    def load():
+        gate.wait(30)
+        return llm
+
+    app = create_app(load, MODEL_ID, parallel=8, ctx_size=CTX, prefill_chunk=32)
+    srv, port, thread = serve_in_thread(app)
+    base = f"http://127.0.0.1:{port}"
+    assert httpx.get(base + "/health").status_code == 503
+    assert httpx.post(base + "/v1/completions", json={"prompt": "x"}).status_code == 503
+    gate.set()
+    deadline = time.monotonic() + 30
+    while httpx.get(base + "/health").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield base, app.state.torchburn
+    srv.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture()
+def client(server):
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key="none", max_retries=0, timeout=60)
+
+
+def _engine_stats(server):
+    return server[1].engine.stats
+
+
+def test_health_and_models(server, client):
+    assert httpx.get(server[0] + "/health").json()["status"] == "ok"
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL_ID]
+
+
+def test_chat_usage_and_template(server, client, llm):
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "The quick fox?"}]
+    out = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=12, temperature=0)
+    choice = out.choices[0]
+    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert out.usage.prompt_tokens == len(llm.encode_prompt(messages))
+    assert 1 <= out.usage.completion_tokens <= 12
+    assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+    assert choice.finish_reason in ("stop", "length")
+    if choice.finish_reason == "length":
+        assert out.usage.completion_tokens == 12
+
+
+def test_greedy_equals_llm_generate_tokens(client, llm):
+    """Prompts shorter than the prefill chunk: the server's tokens are LLM.generate_tokens' on a fresh cache."""
+    ids = torch.randint(10, 390, (20,), generator=torch.Generator().manual_seed(3)).tolist()
+    out = client.completions.create(model=MODEL_ID, prompt=ids, max_tokens=24, temperature=0, logprobs=0)
+    llm.reset()
+    expected = llm.generate_tokens(ids, max_tokens=24, temperature=0.0)
+    expected_text = llm.tokenizer.decode([t for t in expected if t not in llm.stop_token_ids], skip_special_tokens=True)
+    assert out.choices[0].text == expected_text
+    assert out.usage.completion_tokens == len(expected)
+
+
+def test_stream_equals_non_stream(client):
+    kwargs = dict(model=MODEL_ID, prompt="Once upon a time", max_tokens=20, temperature=0)
+    whole = client.completions.create(**kwargs)
+    pieces = list(client.completions.create(stream=True, **kwargs))
+    assert "".join(p.choices[0].text for p in pieces) == whole.choices[0].text
+    assert pieces[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    messages = [{"role": "user", "content": "hello"}]
+    chat = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=16, temperature=0)
+    stream = list(client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=16, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert stream[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == chat.choices[0].message.content
+    assert stream[-1].usage.completion_tokens == chat.usage.completion_tokens
+
+
+def test_sse_ends_with_done(server):
+    with httpx.stream("POST", server[0] + "/v1/chat/completions", json={
+            "model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]" and all(line.startswith("data: ") for line in lines)
+
+
+def test_stop_string(client):
+    kwargs = dict(model=MODEL_ID, prompt="The lazy dog", max_tokens=40, temperature=0)
+    full = client.completions.create(**kwargs).choices[0].text
+    assert len(full) > 6
+    stop = full[len(full) // 2: len(full) // 2 + 2]
+    cut = client.completions.create(stop=[stop], **kwargs).choices[0]
+    assert cut.text == full[: full.index(stop)] and cut.finish_reason == "stop"
+    streamed = list(client.completions.create(stop=stop, stream=True, **kwargs))
+    assert "".join(p.choices[0].text for p in streamed) == cut.text
+
+
+def test_seed_reproducible(client):
+    kwargs = dict(model=MODEL_ID, messages=[{"role": "user", "content": "tell"}], max_tokens=24, temperature=1.0,
+                  top_p=0.95)
+    a = client.chat.completions.create(seed=1234, **kwargs).choices[0].message.content
+    b = client.chat.completions.create(seed=1234, **kwargs).choices[0].message.content
+    assert a == b
+    penalized = client.chat.completions.create(seed=1234, presence_penalty=1.5, frequency_penalty=1.0, **kwargs)
+    assert isinstance(penalized.choices[0].message.content, str)
+
+
+def test_logprobs(client):
+    out = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "x"}], max_tokens=6,
+                                         temperature=0, logprobs=True, top_logprobs=3)
+    content = out.choices[0].logprobs.content
+    assert len(content) >= 1
+    for entry in content:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 3
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[-1].logprob
+        assert abs(entry.logprob - entry.top_logprobs[0].logprob) < 1e-5  # greedy takes the top token
+
+
+def test_api_key(llm):
+    app = create_app(lambda: llm, MODEL_ID, api_key="sekrit", parallel=2, ctx_size=CTX)
+    srv, port, thread = serve_in_thread(app)
+    try:
+        deadline = time.monotonic() + 30
+        while httpx.get(f"http://127.0.0.1:{port}/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        bad = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as info:
+            bad.models.list()
+        assert info.value.status_code == 401 and "API key" in str(info.value)
+        good = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sekrit", max_retries=0)
+        assert good.completions.create(model=MODEL_ID, prompt="hi", max_tokens=2).usage.completion_tokens >= 1
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+def test_concurrent_streams_equal_sequential(server, llm):
+    base = server[0] + "/v1"
+    prompts = [f"Request {i}: " + "the quick brown fox " * (1 + i % 5) for i in range(16)]
+
+    async def one(client, prompt):
+        stream = await client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=24, temperature=0,
+                                                 stream=True)
+        return "".join([chunk.choices[0].text async for chunk in stream])
+
+    async def run_all(concurrent):
+        async with openai.AsyncOpenAI(base_url=base, api_key="none", max_retries=0, timeout=120) as client:
+            if concurrent:
+                return await asyncio.gather(*(one(client, p) for p in prompts))
+            return [await one(client, p) for p in prompts]
+
+    sequential = asyncio.run(run_all(False))
+    before = _engine_stats(server)
+    together = asyncio.run(run_all(True))
+    after = _engine_stats(server)
+    assert together == sequential
+    steps = after["decode_steps"] - before["decode_steps"]
+    rows = after["decode_rows"] - before["decode_rows"]
+    assert rows > 2 * steps > 0  # the concurrent run really batched sequences into decode steps
+
+
+def test_disconnect_frees_slot(llm):
+    """A client that goes away mid-stream (and one that never reads a non-streamed answer) cancels its
+    request: the slot frees long before the 20,000 tokens it asked for."""
+    app = create_app(lambda: llm, MODEL_ID, parallel=2, ctx_size=24000)
+    srv, port, thread = serve_in_thread(app)
+    state = app.state.torchburn
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while httpx.get(base + "/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        body = {"model": MODEL_ID, "prompt": "Once", "max_tokens": 20000, "temperature": 0}
+        with httpx.stream("POST", base + "/v1/completions", json=dict(body, stream=True)) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    break
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(base + "/v1/completions", json=body, timeout=0.3)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            stats = state.engine.stats
+            if stats["active"] == 0 and stats["requests_cancelled"] >= 2:
+                break
+            time.sleep(0.02)
+        stats = state.engine.stats
+        assert stats["active"] == 0 and stats["requests_cancelled"] == 2, stats
+        assert stats["generated_tokens"] < 2 * 20000
+        assert httpx.post(base + "/v1/completions", json=dict(body, max_tokens=3)).status_code == 200
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+def test_prefix_reuse_counted(server, client):
+    system = "You are a careful assistant. " + "Answer with the quick brown fox facts only. " * 8
+    before = _engine_stats(server)
+    outs = [client.chat.completions.create(model=MODEL_ID, max_tokens=4, temperature=0, messages=[
+        {"role": "system", "content": system}, {"role": "user", "content": question}]) for question in ("a?", "b?")]
+    after = _engine_stats(server)
+    assert after["prefix_hits"] > before["prefix_hits"]
+    cached = outs[1].usage.prompt_tokens_details.cached_tokens
+    assert cached >= 32 and cached % 32 == 0
+    metrics = httpx.get(server[0] + "/metrics").text
+    assert "torchburn_prefix_cache_hits_total" in metrics and "torchburn_kv_cache_usage_ratio" in metrics
+
+
+def test_malformed_requests_are_4xx(server):
+    url = server[0]
+    chat = url + "/v1/chat/completions"
+    ok_messages = [{"role": "user", "content": "hi"}]
+    cases = [
+        ("POST", chat, b"{not json", 400), ("POST", chat, b"[1, 2]", 400), ("POST", chat, b"\xff\xfe", 400),
+        ("POST", chat, {"messages": "hi"}, 400), ("POST", chat, {"messages": []}, 400),
+        ("POST", chat, {"messages": [{"role": "wizard", "content": "x"}]}, 400),
+        ("POST", chat, {"messages": [{"role": "user", "content": 5}]}, 400),
+        ("POST", chat, {"model": "gpt-17", "messages": ok_messages}, 404),
+        ("POST", chat, {"model": 3, "messages": ok_messages}, 400),
+        ("POST", chat, {"messages": ok_messages, "max_tokens": 0}, 400),
+        ("POST", chat, {"messages": ok_messages, "max_tokens": -5}, 400),
+        ("POST", chat, {"messages": ok_messages, "max_tokens": 10**12}, 400),
+        ("POST", chat, {"messages": ok_messages, "max_tokens": "10"}, 400),
+        ("POST", chat, {"messages": ok_messages, "max_tokens": 2.5}, 400),
+        ("POST", chat, b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', 400),
+        ("POST", chat, {"messages": ok_messages, "temperature": 9}, 400),
+        ("POST", chat, {"messages": ok_messages, "top_p": "x"}, 400),
+        ("POST", chat, {"messages": ok_messages, "n": 3}, 400),
+        ("POST", chat, {"messages": ok_messages, "stop": [1]}, 400),
+        ("POST", chat, {"messages": ok_messages, "stream": "yes"}, 400),
+        ("POST", chat, {"messages": ok_messages, "presence_penalty": 5}, 400),
+        ("POST", chat, {"messages": ok_messages, "top_logprobs": 50, "logprobs": True}, 400),
+        ("POST", chat, {"messages": ok_messages, "response_format": {"type": "json_schema"}}, 400),
+        ("POST", chat, {"messages": [{"role": "user", "content": "fox " * 2000}]}, 400),
+        ("POST", url + "/v1/completions", {"prompt": 5}, 400),
+        ("POST", url + "/v1/completions", {"prompt": [1, 99999]}, 400),
+        ("POST", url + "/v1/completions", {"prompt": ""}, 400),
+        ("POST", url + "/v1/completions", {"prompt": "hi", "logprobs": 9}, 400),
+        ("POST", chat, b"x" * (10 * 1024 * 1024), 413),
+        ("GET", chat, None, 405), ("POST", url + "/v1/nothing", {}, 404),
+    ]
+    with httpx.Client(timeout=30) as http:
+        for round_index in range(8):  # 248 requests
+            for method, target, body, status in cases:
+                content = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+                response = http.request(method, target, content=content, headers={"content-type": "application/json"})
+                assert response.status_code == status, (body if isinstance(body, dict) else str(body)[:60], response.text)
+                error = response.json()["error"]
+                assert isinstance(error["message"], str) and error["message"] and "type" in error
+        assert http.get(url + "/health").status_code == 200
+        assert http.post(chat, json={"messages": ok_messages, "max_tokens": 2}).status_code == 200
+    assert _engine_stats(server)["active"] == 0
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_memory_flat_over_requests(server):
+    chat = server[0] + "/v1/chat/completions"
+    body = {"messages": [{"role": "user", "content": "fox"}], "max_tokens": 3, "temperature": 0.5}
+    with httpx.Client(timeout=30) as http:
+        for _ in range(60):  # warm up allocators and caches
+            assert http.post(chat, json=body).status_code == 200
+        start = _rss_kb()
+        for i in range(300):
+            assert http.post(chat, json=dict(body, stream=i % 2 == 0)).status_code == 200
+        grown = _rss_kb() - start
+    assert grown < 20 * 1024, f"RSS grew {grown} kB over 300 requests"
+
+
+# ---------------------------------------------------------------- scale-out: two replicas behind haproxy
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never became healthy")
+
+
+def test_haproxy_two_replicas(model_dir, llm):
+    """deploy/haproxy.cfg with two `torchburn-llm serve` processes: one endpoint, session affinity, and
+    answers keep coming after one replica is killed (health-check ejection + redispatch)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+    if haproxy is None:
+        pytest.skip("haproxy is not installed (CI installs it: apt-get install haproxy)")
+    config = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
+    ports = [_free_port() for _ in range(3)]
+    env = dict(os.environ, TB_LB_BIND=f"127.0.0.1:{ports[0]}", TB_REPLICA1=f"127.0.0.1:{ports[1]}",
+               TB_REPLICA2=f"127.0.0.1:{ports[2]}")
+    replicas = [subprocess.Popen([sys.executable, "-m", "torchburn.llm", "serve", "--model", str(model_dir),
+                                  "--quant", "int4", "--port", str(port), "--parallel", "2", "--ctx-size", "256",
+                                  "--threads", "1", "--model-name", MODEL_ID], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in ports[1:]]
+    balancer = None
+    try:
+        for port in ports[1:]:
+            _wait_healthy(f"http://127.0.0.1:{port}")
+        balancer = subprocess.Popen([haproxy, "-db", "-f", str(config)], env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{ports[0]}"
+        _wait_healthy(base)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=30)
+
+        def ask(session: str):
+            raw = client.chat.completions.with_raw_response.create(
+                model=MODEL_ID, messages=[{"role": "user", "content": f"hello {session}"}], max_tokens=4,
+                temperature=0, extra_headers={"X-Session-Id": session})
+            return raw.headers["x-served-by"], raw.parse().choices[0].message.content
+
+        time.sleep(2.5)  # both replicas pass `rise 2` health checks
+        first = {s: ask(s) for s in (f"session-{i}" for i in range(12))}
+        assert {s: ask(s) for s in reversed(list(first))} == first  # affinity: same replica, same (greedy) answer
+        assert {served for served, _ in first.values()} == {"replica1", "replica2"}
+        replicas[0].kill()
+        replicas[0].wait(10)
+        answers = [ask(s) for s in first]  # those of replica1 are retried on replica2 until it is ejected
+        assert all(served == "replica2" for served, _ in answers)
+        assert [text for _, text in answers] == [text for _, text in first.values()]  # same weights, same tokens
+    finally:
+        for process in ([balancer] if balancer else []) + replicas:
+            process.kill()
+            process.wait(10)
