@@ -173,8 +173,9 @@ def coverage_report() -> dict:
                 ran |= bool(native_runs or eager_runs)
             graphs += ran
     total = sum(native.values()) + sum(fallback.values())
-    return {"native_ops": native, "fallback_ops": fallback, "native_ratio": sum(native.values()) / total if total else 1.0,
-            "graphs": graphs, "runtime_fallbacks": runtime}
+    ratio = sum(native.values()) / total if total else 1.0
+    return {"native_ops": native, "fallback_ops": fallback, "native_ratio": ratio, "graphs": graphs,
+            "runtime_fallbacks": runtime}
 
 
 def memory_pool_stats() -> dict:

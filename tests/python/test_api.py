@@ -46,7 +46,8 @@ def test_supported_ops_are_aten_ops_the_backend_lowers():
     assert names == sorted(set(names)) and len(names) > 50
     for name in names:
         assert hasattr(torch.ops.aten, name), name
-    for expected in ("addmm", "_softmax", "native_layer_norm", "convolution", "_scaled_dot_product_flash_attention_for_cpu"):
+    for expected in ("addmm", "_softmax", "native_layer_norm", "convolution",
+                     "_scaled_dot_product_flash_attention_for_cpu"):
         assert expected in names
     assert "cumsum" not in names  # not lowered: it runs in PyTorch
     overloads = torchburn.supported_ops(overloads=True)

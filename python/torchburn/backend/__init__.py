@@ -257,8 +257,8 @@ class Explanation:
                 if " <- " in line and ("+" in line.split(" <- ")[1] or "fused" in line)]
 
     def __str__(self) -> str:
-        lines = [f"{len(self.graphs)} graph(s), {len(self.regions)} native region(s), "
-                 f"{self.native_nodes} of {self.total_nodes} compute nodes ran natively ({100 * self.native_share:.1f} %)"]
+        lines = [f"{len(self.graphs)} graph(s), {len(self.regions)} native region(s), {self.native_nodes} of "
+                 f"{self.total_nodes} compute nodes ran natively ({100 * self.native_share:.1f} %)"]
         lines.append("native ops: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.native_ops.items())))
         fallback = self.fallback_ops
         lines.append("PyTorch ops: " + (", ".join(f"{k} x{v}" for k, v in sorted(fallback.items())) or "none"))

@@ -422,7 +422,8 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
                     and len(returned) == len(outputs) and list(inputs) == placeholders
                     and isinstance(out_node.args[0], tuple) and len(items) == len(outputs)):
                 whole_plan = target
-    record.nodes = [(name, label, inputs, region_of.get(n), support.reasons.get(n)) for n, name, label, inputs in computes]
+    record.nodes = [(name, label, inputs, region_of.get(n), support.reasons.get(n))
+                    for n, name, label, inputs in computes]
     legalize_graph(gm)
     gm.graph.lint()
     gm.recompile()
