@@ -219,7 +219,8 @@ def test_explain_reports_regions_that_fall_back_at_run_time(monkeypatch):
         return self.fallback
 
     monkeypatch.setattr(compiler.Region, "build_static", plan_then_pytorch)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", TorchburnFallbackWarning)
         report = torchburn.explain(mlp(), torch.randn(4, 16))
     assert report.native_share == 0.0 and not report.native_ops, str(report)
     (fallback,) = report.runtime_fallbacks
