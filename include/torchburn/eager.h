@@ -111,6 +111,21 @@ TB_API TB_NODISCARD tb_status tb_eager_cumulative(bool is_prod, const tb_tensor 
 /* torch.matmul for any float/integer dtype (float32 takes the GEMM; others a blocked loop). */
 TB_API TB_NODISCARD tb_status tb_eager_matmul(const tb_tensor *a, const tb_tensor *b, tb_tensor *out);
 
+/* ---- index ops (out is always a new tensor) ---- */
+/* x.index_select(dim, index): index is a 0/1-D integer tensor; a bad index is an error naming it. */
+TB_API TB_NODISCARD tb_status tb_eager_index_select(const tb_tensor *x, int64_t dim, const tb_tensor *index, tb_tensor *out);
+/* x.index_add(dim, index, source, alpha) (out of place). */
+TB_API TB_NODISCARD tb_status tb_eager_index_add(const tb_tensor *x, int64_t dim, const tb_tensor *index,
+                                                 const tb_tensor *source, double alpha, tb_tensor *out);
+/* torch.gather(x, dim, index). */
+TB_API TB_NODISCARD tb_status tb_eager_gather(const tb_tensor *x, int64_t dim, const tb_tensor *index, tb_tensor *out);
+/* x.scatter(dim, index, src) out of place; reduce: 0 replace, 1 add, 2 multiply, 3 amax, 4 amin. */
+TB_API TB_NODISCARD tb_status tb_eager_scatter(const tb_tensor *x, int64_t dim, const tb_tensor *index,
+                                               tb_eager_operand src, int reduce, tb_tensor *out);
+
+/* Coordinates of the nonzero elements, [count, ndim] int64 in row-major order. */
+TB_API TB_NODISCARD tb_status tb_eager_nonzero(const tb_tensor *x, tb_tensor *out);
+
 /* ---- helpers shared by the bindings and autograd ---- */
 /* Sums `grad` down to `shape` (undoing broadcasting). The result may be grad itself, retained. */
 TB_API TB_NODISCARD tb_status tb_eager_sum_to(const tb_tensor *grad, int ndim, const int64_t *shape, tb_tensor *out);

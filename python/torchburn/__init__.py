@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import sys

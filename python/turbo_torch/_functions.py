@@ -35,7 +35,7 @@ def _export(name: str, fn: Any) -> None:
 
 
 # table ops bound directly (C functions: no Python frame on the call path)
-_UNBOUND_UNARY = {"gelu_tanh", "pow_scalar", "clamp", "softplus", "elu", "celu", "leaky_relu", "hardtanh",
+_UNBOUND_UNARY = {"gelu_tanh", "pow_scalar", "clamp", "logit", "softplus", "elu", "celu", "leaky_relu", "hardtanh",
                   "round", "nan_to_num", "positive", "sgn"}
 for _name in UNARY_NAMES:
     if _name not in _UNBOUND_UNARY:
@@ -127,6 +127,10 @@ def clamp(input: Tensor, min: Any = None, max: Any = None, *, out: Any = None) -
     lo = -_math.inf if min is None else min
     hi = _math.inf if max is None else max
     return _unary_params("clamp", input, 0.0, lo, hi, out)
+
+
+def logit(input: Tensor, eps: Optional[_py_float] = None) -> Tensor:
+    return _unary_params("logit", input, -1.0 if eps is None else eps)
 
 
 def full_like_value(x: Tensor, value: Any) -> Tensor:
@@ -376,7 +380,18 @@ def einsum(equation: str, *operands: Any) -> Tensor:
     if len(terms) != len(operands):
         raise RuntimeError(f"einsum(): {len(terms)} operand subscripts for {len(operands)} operands")
     if "..." in equation:
-        raise NotImplementedError("turbo_torch: einsum with '...' is not supported yet")
+        # spell the broadcast dims out with unused letters (the widest operand decides their count)
+        spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation]
+        widths = [x.ndim - len(t.replace("...", "")) for t, x in zip(terms, operands)]
+        width = builtins.max(widths + [0])
+        terms = [t.replace("...", "".join(spare[width - w:width])) for t, w in zip(terms, widths)]
+        lhs = ",".join(terms)
+        if arrow:
+            rhs = rhs.replace("...", "".join(spare[:width]))
+        else:
+            rhs = "".join(spare[:width]) + "".join(sorted(c for c in set(lhs) - set(spare) - {","} if lhs.count(c) == 1))
+            arrow = "->"
+        equation = lhs + "->" + rhs
     letters = []
     for t in terms:
         for c in t:
@@ -577,6 +592,8 @@ def chunk(input: Tensor, chunks: _py_int, dim: _py_int = 0) -> tuple:
 
 def tensor_split(input: Tensor, indices_or_sections: Any, dim: _py_int = 0) -> tuple:
     size = input.shape[dim]
+    if isinstance(indices_or_sections, Tensor):
+        indices_or_sections = indices_or_sections.item() if indices_or_sections.ndim == 0 else indices_or_sections.tolist()
     if isinstance(indices_or_sections, _py_int):
         n = indices_or_sections
         base, extra = divmod(size, n)
@@ -730,22 +747,12 @@ def log_softmax(input: Tensor, dim: Any = None, dtype: Any = None, **kw: Any) ->
 # ---- indexing -----------------------------------------------------------------------------------
 
 def nonzero(input: Tensor, *, as_tuple: _py_bool = False) -> Any:
-    flat = input.reshape(-1).tolist()
-    shape = list(input.shape)
-    coords = []
-    for k, v in enumerate(flat):
-        if v:
-            c = []
-            rest = k
-            for s in reversed(shape):
-                c.append(rest % s)
-                rest //= s
-            coords.append(list(reversed(c)))
+    coords = _C._tt_nonzero(input)
     if as_tuple:
         if input.ndim == 0:
-            return (tensor_of([0] * len(coords), int64),)
-        return tuple(tensor_of([c[d] for c in coords], int64) for d in range(len(shape)))
-    return _C._tt_from_values([v for c in coords for v in c], (len(coords), len(shape)), int64)
+            return (coords.reshape(-1),) if coords.numel() else (_C._tt_full((0,), 0, int64),)
+        return tuple(coords.select(1, d) for d in range(input.ndim))
+    return coords
 
 
 def argwhere(input: Tensor) -> Tensor:

@@ -101,146 +101,123 @@ def _inplace(name: str):
     return method
 
 
-# ---- indexing ops (composites over select/cat, so autograd comes from the C nodes) ----
+# ---- indexing ops: C kernels with autograd nodes (src/eager/index.c, src/pyext/eager_shape.c) ----
+
+def _long_index(index: Any) -> Tensor:
+    if isinstance(index, Tensor):
+        return index
+    from . import tensor
+    return tensor(index, dtype=_types.int64)
+
 
 def index_select(input: Tensor, dim: _py_int, index: Tensor) -> Tensor:
-    dim %= builtins.max(input.ndim, 1)
-    positions = index.reshape(-1).tolist()
-    size = input.shape[dim]
-    for p in positions:
-        if p < -size or p >= size:
-            raise IndexError(f"index out of range in self")
-    if not positions:
-        return F.narrow(input, dim, 0, 0)
-    return F.stack([F.select(input, dim, p) for p in positions], dim)
+    return _C._tt_index_select(input, dim, _long_index(index))
+
+
+def _nonzero(x: Tensor) -> Tensor:
+    return _C._tt_nonzero(x)
 
 
 def _getitem_advanced(self: Tensor, index: Any) -> Tensor:
+    """Advanced indexing with PyTorch's placement rules: tensor (or list) indices are broadcast
+    together; their result dims go where the first of them is when they are adjacent, else first."""
     if not isinstance(index, tuple):
         index = (index,)
-    # one tensor/list index (plus basic ones): select along its dim
-    converted = []
+    items = []
     for item in index:
-        if isinstance(item, (list, tuple)) and not isinstance(item, _types.Size):
+        if isinstance(item, (list, tuple)):
             from . import tensor
             item = tensor(item)
-        converted.append(item)
-    tensor_positions = [k for k, item in enumerate(converted) if isinstance(item, Tensor)]
-    if len(tensor_positions) == 1:
-        k = tensor_positions[0]
-        idx = converted[k]
-        prefix = converted[:k]
-        dims_before = builtins.sum(0 if (i is None or i is Ellipsis) else 1 for i in prefix
-                                   if not isinstance(i, _py_int)) + builtins.sum(0 for i in prefix if isinstance(i, _py_int))
-        if idx.dtype is _types.bool_ or idx.dtype is _types.uint8:
-            base = self[tuple(prefix)] if prefix else self
-            flat_mask = idx.reshape(-1).tolist()
-            start = dims_before
-            lead = list(base.shape[:start])
-            n = idx.ndim
-            merged = base.reshape(lead + [-1] + list(base.shape[start + n:]))
-            picks = [i for i, v in enumerate(flat_mask) if v]
-            result = index_select(merged, start, F.tensor_of(picks, _types.int64))
-            rest = tuple(converted[k + 1:])
-            return result[(slice(None),) * (start + 1) + rest] if rest else result
-        base = self[tuple(prefix)] if prefix else self
-        start = dims_before
-        size = base.shape[start]
-        flat = [p + size if p < 0 else p for p in idx.reshape(-1).tolist()]
-        for p in flat:
-            if p < 0 or p >= size:
-                raise IndexError(f"index {p} is out of bounds for dimension {start} with size {size}")
-        picked = index_select(base, start, F.tensor_of(flat, _types.int64))
-        shape = list(base.shape[:start]) + list(idx.shape) + list(base.shape[start + 1:])
-        result = picked.reshape(shape)
-        rest = tuple(converted[k + 1:])
-        return result[(slice(None),) * (start + idx.ndim) + rest] if rest else result
-    # several tensor indices: broadcast them and pick element by element (torch's placement rules
-    # put the broadcast dims first when the tensor indices are not adjacent)
-    tensors = [converted[k] for k in tensor_positions]
-    shape = F.broadcast_shapes(*[t.shape for t in tensors])
-    expanded = [t.expand(*shape).reshape(-1).tolist() for t in tensors]
-    if builtins.any(not isinstance(i, Tensor) for i in converted) or len(tensor_positions) != self.ndim:
-        raise NotImplementedError("turbo_torch: mixing several tensor indices with slices is not supported yet")
-    flat_self = self.reshape(-1)
-    strides = []
-    acc = 1
-    for s in reversed(self.shape):
-        strides.insert(0, acc)
-        acc *= s
-    positions = []
-    for j in range(len(expanded[0])):
-        pos = 0
-        for d, values in enumerate(expanded):
-            v = values[j]
-            if v < 0:
-                v += self.shape[d]
-            if v < 0 or v >= self.shape[d]:
-                raise IndexError(f"index {values[j]} is out of bounds for dimension {d} with size {self.shape[d]}")
-            pos += v * strides[d]
-        positions.append(pos)
-    return index_select(flat_self, 0, F.tensor_of(positions, _types.int64)).reshape(list(shape))
+        if isinstance(item, Tensor) and item.dtype in (_types.bool_, _types.uint8):
+            # a mask stands for one long index per masked dim (its nonzero coordinates)
+            coords = _nonzero(item)
+            if item.ndim == 0:
+                items.append(None)
+                items.append(coords.new_zeros(0) if not item.item() else _C._tt_full((1,), 0, _types.int64))
+                continue
+            items.extend(coords.select(1, k) for k in range(item.ndim))
+            continue
+        items.append(item)
+    # expand the ellipsis
+    if builtins.any(i is Ellipsis for i in items):
+        k = items.index(Ellipsis)
+        used = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
+        items = items[:k] + [slice(None)] * (self.ndim - used) + items[k + 1:]
+    used = builtins.sum(1 for i in items if i is not None)
+    if used > self.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {self.ndim}")
+    items += [slice(None)] * (self.ndim - used)
+    # apply the basic parts first, remembering where each tensor index goes in the viewed tensor
+    basic, tensors, dim = [], [], 0
+    for item in items:
+        if isinstance(item, Tensor):
+            basic.append(slice(None))
+            tensors.append((dim, item))
+            dim += 1
+        elif item is None:
+            basic.append(None)
+            dim += 1
+        elif isinstance(item, _py_int):
+            basic.append(item)
+        else:
+            basic.append(item)
+            dim += 1
+    view = self[tuple(basic)]
+    positions = [d for d, _ in tensors]
+    shape = F.broadcast_shapes(*[t.shape for _, t in tensors])
+    # linear index over the indexed dims (moved to the front, in order)
+    sizes = [view.shape[d] for d in positions]
+    linear = None
+    for (d, t), size in zip(tensors, sizes):
+        t = t.expand(*shape) if tuple(t.shape) != tuple(shape) else t
+        bad = (t >= size) | (t < -size)
+        if bad.any().item():
+            value = t[bad].reshape(-1)[0].item() if t.numel() else 0
+            raise IndexError(f"index {value} is out of bounds for dimension {d} with size {size}")
+        t = F.remainder(t, size) if size else t
+        linear = t if linear is None else linear * size + t
+    rest = [d for d in range(view.ndim) if d not in positions]
+    moved = view.permute(*(positions + rest)) if positions + rest != list(range(view.ndim)) else view
+    flat = moved.reshape([-1] + [moved.shape[k] for k in range(len(positions), moved.ndim)])
+    picked = index_select(flat, 0, linear.reshape(-1)).reshape(list(shape) + list(flat.shape[1:]))
+    adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
+    if adjacent and positions[0] > 0:
+        nd = len(shape)
+        order = list(range(nd, nd + positions[0])) + list(range(nd)) + list(range(nd + positions[0], picked.ndim))
+        picked = picked.permute(*order)
+    return picked
 
 
 def _setitem_advanced(self: Tensor, index: Any, value: Any) -> None:
     if self.requires_grad and _C._tt_is_grad_enabled():
         raise NotImplementedError("turbo_torch: advanced-index assignment into a tensor that requires grad is not "
                                   "supported yet")
-    if not isinstance(index, tuple):
-        index = (index,)
-    if len(index) == 1 and isinstance(index[0], Tensor) and index[0].dtype is _types.bool_:
-        mask = index[0]
-        if tuple(mask.shape) == tuple(self.shape[:mask.ndim]):
-            flat_mask = mask.reshape(-1).tolist()
-            merged = self.reshape([-1] + list(self.shape[mask.ndim:]))
-            picks = [i for i, v in enumerate(flat_mask) if v]
-            values = value if isinstance(value, Tensor) else None
-            for j, i in enumerate(picks):
-                merged[i] = value if values is None or values.ndim == 0 else (values[j] if values.shape[0] == len(picks) else values)
-            if merged.data_ptr() != self.data_ptr() or not self.is_contiguous():
-                raise NotImplementedError("turbo_torch: masked assignment into a non-contiguous tensor is not supported yet")
-            return
-    converted = [F.tensor_of([i] if isinstance(i, _py_int) else list(i), _types.int64)
-                 if isinstance(i, (list, tuple)) else i for i in index]
-    if len(converted) == 1 and isinstance(converted[0], Tensor):
-        positions = converted[0].reshape(-1).tolist()
-        values = value if isinstance(value, Tensor) else None
-        for j, p in enumerate(positions):
-            self[p] = value if values is None or values.ndim == 0 else values[j]
-        return
-    raise NotImplementedError("turbo_torch: this advanced-index assignment is not supported yet")
+    with _no_grad():
+        positions = _getitem_advanced(_C._tt_arange(0.0, 1.0, self.numel(), _types.int64).reshape(list(self.shape)), index)
+        flat_positions = positions.reshape(-1)
+        if isinstance(value, Tensor):
+            values = value.to(self.dtype).expand(*positions.shape).reshape(-1)
+        else:
+            values = _C._tt_full(tuple(flat_positions.shape), value, self.dtype)
+        flat = self.reshape(-1)
+        updated = _C._tt_scatter(flat.contiguous(), 0, flat_positions, values, 0)
+        self.copy_(updated.reshape(list(self.shape)))
 
 
-def gather(input: Tensor, dim: _py_int, index: Tensor) -> Tensor:
-    dim %= input.ndim
-    flat_input = input.reshape(-1)
-    strides = []
-    acc = 1
-    for s in reversed(input.shape):
-        strides.insert(0, acc)
-        acc *= s
-    idx_shape = list(index.shape)
-    values = index.reshape(-1).tolist()
-    positions = []
-    for k, v in enumerate(values):
-        rest = k
-        coords = []
-        for s in reversed(idx_shape):
-            coords.append(rest % s)
-            rest //= s
-        coords.reverse()
-        if v < 0 or v >= input.shape[dim]:
-            raise RuntimeError(f"index {v} is out of bounds for dimension {dim} with size {input.shape[dim]}")
-        coords[dim] = v
-        positions.append(builtins.sum(c * st for c, st in zip(coords, strides)))
-    if not positions:
-        return _C._tt_full(tuple(idx_shape), 0.0, input.dtype)
-    return index_select(flat_input, 0, F.tensor_of(positions, _types.int64)).reshape(idx_shape)
+def _no_grad():
+    from .autograd import no_grad
+    return no_grad()
+
+
+def gather(input: Tensor, dim: _py_int, index: Tensor, *, sparse_grad: _py_bool = False) -> Tensor:
+    return _C._tt_gather(input, dim, index)
 
 
 def take(input: Tensor, index: Tensor) -> Tensor:
     flat = input.reshape(-1)
-    return index_select(flat, 0, index.reshape(-1)).reshape(list(index.shape))
+    size = flat.shape[0]
+    idx = index.reshape(-1)
+    return index_select(flat, 0, F.remainder(idx, size) if size else idx).reshape(list(index.shape))
 
 
 def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
@@ -255,83 +232,35 @@ def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
 
 def masked_select(input: Tensor, mask: Tensor) -> Tensor:
     a, m = F.broadcast_tensors(input, mask)
-    flat = a.reshape(-1)
-    picks = [i for i, v in enumerate(m.reshape(-1).tolist()) if v]
-    return index_select(flat, 0, F.tensor_of(picks, _types.int64))
+    return index_select(a.reshape(-1), 0, _nonzero(m.reshape(-1)).select(1, 0))
 
 
-def _scatter_impl(input: Tensor, dim: _py_int, index: Tensor, src: Any, reduce: Any) -> Tensor:
-    out = input.detach().clone()
-    dim %= input.ndim
-    idx_values = index.reshape(-1).tolist()
-    idx_shape = list(index.shape)
-    src_is_tensor = isinstance(src, Tensor)
-    src_flat = src.reshape(-1).tolist() if src_is_tensor and src.shape == index.shape else None
-    flat_out = out.reshape(-1)
-    strides = []
-    acc = 1
-    for s in reversed(out.shape):
-        strides.insert(0, acc)
-        acc *= s
-    src_strides = []
-    if src_is_tensor and src_flat is None:
-        acc = 1
-        for s in reversed(src.shape):
-            src_strides.insert(0, acc)
-            acc *= s
-        src_all = src.reshape(-1).tolist()
-    values = flat_out.tolist()
-    for k, v in enumerate(idx_values):
-        rest, coords = k, []
-        for s in reversed(idx_shape):
-            coords.append(rest % s)
-            rest //= s
-        coords.reverse()
-        if src_is_tensor:
-            value = src_flat[k] if src_flat is not None else src_all[builtins.sum(c * st for c, st in zip(coords, src_strides))]
-        else:
-            value = src
-        if v < 0 or v >= out.shape[dim]:
-            raise RuntimeError(f"index {v} is out of bounds for dimension {dim} with size {out.shape[dim]}")
-        coords[dim] = v
-        pos = builtins.sum(c * st for c, st in zip(coords, strides))
-        if reduce in ("add", "sum"):
-            values[pos] += value
-        elif reduce in ("multiply", "prod"):
-            values[pos] *= value
-        elif reduce == "amax":
-            values[pos] = builtins.max(values[pos], value)
-        elif reduce == "amin":
-            values[pos] = builtins.min(values[pos], value)
-        else:
-            values[pos] = value
-    return _C._tt_from_values(values, tuple(out.shape), out.dtype)
+_REDUCE_CODES = {None: 0, "add": 1, "sum": 1, "multiply": 2, "prod": 2, "amax": 3, "amin": 4}
 
 
 def scatter(input: Tensor, dim: _py_int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None) -> Tensor:
-    return _scatter_impl(input, dim, index, value if src is None else src, reduce)
+    return _C._tt_scatter(input, dim, index, value if src is None else src, _REDUCE_CODES[reduce])
 
 
 def scatter_add(input: Tensor, dim: _py_int, index: Tensor, src: Tensor) -> Tensor:
-    return _scatter_impl(input, dim, index, src, "add")
+    return _C._tt_scatter(input, dim, index, src, 1)
 
 
 def scatter_reduce(input: Tensor, dim: _py_int, index: Tensor, src: Tensor, reduce: str, *, include_self: _py_bool = True) -> Tensor:
-    return _scatter_impl(input, dim, index, src, reduce)
+    if reduce == "mean" or not include_self:
+        raise NotImplementedError("turbo_torch: scatter_reduce with reduce='mean' or include_self=False is not supported yet")
+    return _C._tt_scatter(input, dim, index, src, _REDUCE_CODES[reduce])
 
 
 def index_add(input: Tensor, dim: _py_int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
-    dim %= input.ndim
-    result = input
-    for j, p in enumerate(index.tolist()):
-        pad = [F.narrow(result, dim, 0, p), F.narrow(result, dim, p, 1) + alpha * F.narrow(source, dim, j, 1),
-               F.narrow(result, dim, p + 1, input.shape[dim] - p - 1)]
-        result = F.cat(pad, dim)
-    return result
+    return _C._tt_index_add(input, dim, index, source, _py_float(alpha))
 
 
 def topk(input: Tensor, k: _py_int, dim: _py_int = -1, largest: _py_bool = True, sorted: _py_bool = True) -> Any:
     values, indices = sort(input, dim, descending=largest)
+    if input.ndim == 0:
+        import collections
+        return collections.namedtuple("topk", ["values", "indices"])(values, indices)
     import collections
     return collections.namedtuple("topk", ["values", "indices"])(F.narrow(values, dim, 0, k), F.narrow(indices, dim, 0, k))
 

@@ -297,6 +297,8 @@ tb_status tb_eager_unary(tb_pw_unary op, const tb_tensor *x, const tb_pw_params 
         p.lo = -INFINITY;
         p.hi = INFINITY;
     }
+    if (op == TB_PW_LOGIT && !params)
+        p.alpha = -1; /* no eps */
     tb_staged staged;
     TB_TRY(tb_eager_stage((tb_eager_operand){.tensor = x}, domain, x->ndim, x->shape, &staged));
     tb_dtype write_dtype = info->kind == TB_PW_KIND_TEST ? TB_BOOL : tb_domain_dtype(domain);
@@ -595,6 +597,8 @@ tb_status tb_eager_unary_backward(tb_pw_unary op, const tb_tensor *grad, const t
         p.lo = -INFINITY;
         p.hi = INFINITY;
     }
+    if (op == TB_PW_LOGIT && !params)
+        p.alpha = -1; /* no eps */
     int ndim = grad->ndim;
     const int64_t *shape = grad->shape;
     tb_staged sg, sx, sy;

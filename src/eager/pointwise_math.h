@@ -110,7 +110,11 @@ static inline double tb_pw_asinh(double x, tb_pwp p) { return asinh(x); }
 static inline double tb_pw_acosh(double x, tb_pwp p) { return acosh(x); }
 static inline double tb_pw_atanh(double x, tb_pwp p) { return atanh(x); }
 static inline double tb_pw_sigmoid(double x, tb_pwp p) { return tb_pw_sigmoid_value(x); }
-static inline double tb_pw_logit(double x, tb_pwp p) { return log(x / (1 - x)); }
+static inline double tb_pw_logit(double x, tb_pwp p) {
+    if (p->alpha >= 0) /* eps given: clamp to [eps, 1 - eps] */
+        x = x < p->alpha ? p->alpha : x > 1 - p->alpha ? 1 - p->alpha : x;
+    return log(x / (1 - x));
+}
 static inline double tb_pw_erf(double x, tb_pwp p) { return erf(x); }
 static inline double tb_pw_erfc(double x, tb_pwp p) { return erfc(x); }
 static inline double tb_pw_erfinv(double x, tb_pwp p) { return tb_pw_erfinv_value(x); }
@@ -170,7 +174,11 @@ static inline double tb_pw_grad_asinh(double x, double y, tb_pwp p) { return 1 /
 static inline double tb_pw_grad_acosh(double x, double y, tb_pwp p) { return 1 / sqrt(x * x - 1); }
 static inline double tb_pw_grad_atanh(double x, double y, tb_pwp p) { return 1 / (1 - x * x); }
 static inline double tb_pw_grad_sigmoid(double x, double y, tb_pwp p) { return y * (1 - y); }
-static inline double tb_pw_grad_logit(double x, double y, tb_pwp p) { return 1 / (x * (1 - x)); }
+static inline double tb_pw_grad_logit(double x, double y, tb_pwp p) {
+    if (p->alpha >= 0 && (x < p->alpha || x > 1 - p->alpha))
+        return 0;
+    return 1 / (x * (1 - x));
+}
 static inline double tb_pw_grad_erf(double x, double y, tb_pwp p) { return TB_PW_2_SQRTPI * exp(-x * x); }
 static inline double tb_pw_grad_erfc(double x, double y, tb_pwp p) { return -TB_PW_2_SQRTPI * exp(-x * x); }
 static inline double tb_pw_grad_erfinv(double x, double y, tb_pwp p) { return 0.5 * sqrt(TB_PW_PI) * exp(y * y); }
@@ -457,7 +465,7 @@ static inline double tb_pwb_grad_xlogy_a(double a, double b, double y, tb_pwp p)
 static inline double tb_pwb_grad_xlogy_b(double a, double b, double y, tb_pwp p) { return (a == 0 && !isnan(b)) ? 0 : a / b; }
 static inline double tb_pwb_grad_logaddexp_a(double a, double b, double y, tb_pwp p) { return 1 / (1 + exp(b - a)); }
 static inline double tb_pwb_grad_logaddexp_b(double a, double b, double y, tb_pwp p) { return 1 / (1 + exp(a - b)); }
-static inline double tb_pwb_grad_nextafter_a(double a, double b, double y, tb_pwp p) { return 0; }
+static inline double tb_pwb_grad_nextafter_a(double a, double b, double y, tb_pwp p) { return 1; } /* as torch */
 static inline double tb_pwb_grad_nextafter_b(double a, double b, double y, tb_pwp p) { return 0; }
 
 #endif

@@ -351,68 +351,86 @@ static tb_status max_dim_backward(tt_node *node, const tb_tensor *g, tb_tensor *
     return status;
 }
 
-/* cumsum: reversed cumulative sum of g; cumprod: sum_{j >= i} g_j y_j / x_i. */
+/* Moves dim last and makes a contiguous f64 copy ([rows, len]); order receives the permutation. */
+static tb_status rows_along(const tb_tensor *t, int dim, int64_t *order, tb_tensor *out) {
+    int k = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (i != dim)
+            order[k++] = i;
+    if (t->ndim)
+        order[k++] = dim;
+    tb_tensor permuted;
+    TB_TRY(tb_tensor_permute(t, t->ndim, order, &permuted));
+    tb_status status = tb_tensor_contiguous(&permuted, TB_F64, out);
+    tb_tensor_release(&permuted);
+    return status;
+}
+
+/* cumsum: the reversed cumulative sum of g. cumprod: dx_i = sum_{j >= i} g_j prod_{k <= j, k != i} x_k,
+ * evaluated directly (O(len^2)) on rows with a zero and as sum_{j >= i} g_j y_j / x_i elsewhere. */
 static tb_status cumulative_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
     int ndim = node->in_ndim[0];
     int dim = (int)node->ints[0];
-    tb_tensor src = {0};
-    tb_status status;
-    if (node->op) {
-        status = binary(TB_PWB_MUL, g, &node->saved[1].tensor, &src);
-    } else {
-        status = TB_OK;
-        tb_tensor_retain(g, &src);
-    }
-    if (status != TB_OK)
-        return status;
-    /* reverse cumsum = flip(cumsum(flip)) through a strided copy; done directly in f64 */
-    tb_tensor work;
-    int64_t order[TB_MAX_DIMS];
-    int k = 0;
-    for (int i = 0; i < ndim; i++)
-        if (i != dim)
-            order[k++] = i;
-    if (ndim)
-        order[k++] = dim;
-    tb_tensor permuted;
-    status = tb_tensor_permute(&src, ndim, order, &permuted);
-    tb_tensor_release(&src);
-    if (status != TB_OK)
-        return status;
-    status = tb_tensor_contiguous(&permuted, TB_F64, &work);
-    tb_tensor_release(&permuted);
-    if (status != TB_OK)
-        return status;
-    tb_tensor out;
-    status = tb_tensor_empty(TB_F64, work.ndim, work.shape, 0, &out);
+    int64_t order[TB_MAX_DIMS], inverse[TB_MAX_DIMS];
+    tb_tensor gw = {0}, xw = {0}, out = {0};
+    tb_status status = rows_along(g, dim, order, &gw);
+    if (status == TB_OK && node->op)
+        status = rows_along(&node->saved[0].tensor, dim, order, &xw);
+    if (status == TB_OK)
+        status = tb_tensor_empty(TB_F64, gw.ndim, gw.shape, 0, &out);
     if (status == TB_OK) {
-        int64_t len = ndim ? node->in_shape[0][dim] : 1, n = tb_tensor_numel(&work), rows = len ? n / len : 0;
-        const double *w = tb_tensor_data(&work);
+        int64_t len = ndim ? node->in_shape[0][dim] : 1, n = tb_tensor_numel(&gw), rows = len ? n / len : 0;
+        const double *gv = tb_tensor_data(&gw);
+        const double *xv = node->op ? tb_tensor_data(&xw) : NULL;
         double *o = tb_tensor_data(&out);
         for (int64_t r = 0; r < rows; r++) {
-            double s = 0;
-            for (int64_t i = len - 1; i >= 0; i--)
-                o[r * len + i] = s += w[r * len + i];
+            const double *gr = gv + r * len;
+            double *orow = o + r * len;
+            if (!node->op) {
+                double acc = 0;
+                for (int64_t i = len - 1; i >= 0; i--)
+                    orow[i] = acc += gr[i];
+                continue;
+            }
+            const double *xr = xv + r * len;
+            int has_zero = 0;
+            for (int64_t i = 0; i < len; i++)
+                has_zero |= xr[i] == 0;
+            if (!has_zero) {
+                /* sum_{j >= i} g_j y_j, divided by x_i */
+                double y = 1, acc = 0;
+                for (int64_t i = 0; i < len; i++)
+                    orow[i] = (y *= xr[i]) * gr[i];
+                for (int64_t i = len - 1; i >= 0; i--) {
+                    acc += orow[i];
+                    orow[i] = acc / xr[i];
+                }
+                continue;
+            }
+            double prefix = 1;
+            for (int64_t i = 0; i < len; i++) {
+                double q = prefix, acc = 0;
+                for (int64_t j = i; j < len; j++) {
+                    if (j > i)
+                        q *= xr[j];
+                    acc += gr[j] * q;
+                }
+                orow[i] = acc;
+                prefix *= xr[i];
+            }
         }
-        int64_t inverse[TB_MAX_DIMS];
         for (int i = 0; i < ndim; i++)
             inverse[order[i]] = i;
         tb_tensor back;
         status = tb_tensor_permute(&out, ndim, inverse, &back);
-        tb_tensor_release(&out);
         if (status == TB_OK) {
-            tb_tensor summed;
-            status = tb_tensor_contiguous(&back, g->dtype, &summed);
+            status = tb_tensor_contiguous(&back, g->dtype, &grads[0]);
             tb_tensor_release(&back);
-            if (status == TB_OK && node->op) {
-                status = binary(TB_PWB_DIV, &summed, &node->saved[0].tensor, &grads[0]);
-                tb_tensor_release(&summed);
-            } else if (status == TB_OK) {
-                grads[0] = summed;
-            }
         }
     }
-    tb_tensor_release(&work);
+    tb_tensor_release(&gw);
+    tb_tensor_release(&xw);
+    tb_tensor_release(&out);
     return status;
 }
 
@@ -556,6 +574,44 @@ tb_status tt_node_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) 
             tb_eager_operand zero = {.f = 0};
             tb_eager_operand grad = {.tensor = g};
             TB_TRY(tb_eager_where(cond, which == 0 ? grad : zero, which == 0 ? zero : grad, g->dtype, &grads[which]));
+        }
+        return TB_OK;
+    }
+    case TT_NODE_INDEX: { /* index_select: add g's rows back at their indices */
+        tb_tensor zeros;
+        TB_TRY(zeros_like_shape(g->dtype, node->in_ndim[0], node->in_shape[0], &zeros));
+        tb_status status = tb_eager_index_add(&zeros, node->ints[0], &node->saved[0].tensor, g, 1.0, &grads[0]);
+        tb_tensor_release(&zeros);
+        return status;
+    }
+    case TT_NODE_GATHER: {
+        tb_tensor zeros;
+        TB_TRY(zeros_like_shape(g->dtype, node->in_ndim[0], node->in_shape[0], &zeros));
+        tb_status status = tb_eager_scatter(&zeros, node->ints[0], &node->saved[0].tensor, (tb_eager_operand){.tensor = g},
+                                            1, &grads[0]);
+        tb_tensor_release(&zeros);
+        return status;
+    }
+    case TT_NODE_SCATTER: { /* ints[1]: reduce (0 replace, 1 add) */
+        if (node->edges[0]) {
+            if (node->ints[1] == 0)
+                TB_TRY(tb_eager_scatter(g, node->ints[0], &node->saved[0].tensor, (tb_eager_operand){.f = 0}, 0, &grads[0]));
+            else
+                tb_tensor_retain(g, &grads[0]);
+        }
+        if (node->edges[1])
+            TB_TRY(tb_eager_gather(g, node->ints[0], &node->saved[0].tensor, &grads[1]));
+        return TB_OK;
+    }
+    case TT_NODE_INDEX_ADD: {
+        if (node->edges[0])
+            tb_tensor_retain(g, &grads[0]);
+        if (node->edges[1]) {
+            tb_tensor picked;
+            TB_TRY(tb_eager_index_select(g, node->ints[0], &node->saved[0].tensor, &picked));
+            tb_status status = binary_scalar(TB_PWB_MUL, &picked, node->params.alpha, &grads[1]);
+            tb_tensor_release(&picked);
+            return status;
         }
         return TB_OK;
     }

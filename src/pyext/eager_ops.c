@@ -355,6 +355,8 @@ PyObject *tt_unary(int op, PyObject *x, const tb_pw_params *params, PyObject *ou
             node->params = *params;
         else if (op == TB_PW_CLAMP)
             node->params = (tb_pw_params){0, -INFINITY, INFINITY};
+        else if (op == TB_PW_LOGIT)
+            node->params = (tb_pw_params){-1, 0, 0};
         /* save what the derivative reads; the backward gets the saved tensor in both slots */
         switch (op) {
 #define FROM_RESULT(id) case TB_PW_##id:

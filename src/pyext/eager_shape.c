@@ -597,4 +597,140 @@ static PyMethodDef shape_functions[] = {
     {NULL},
 };
 
-int tt_register_index(PyObject *module) { return PyModule_AddFunctions(module, shape_functions); }
+int tt_register_index_ops(PyObject *module);
+int tt_register_index(PyObject *module) {
+    return PyModule_AddFunctions(module, shape_functions) != 0 ? -1 : tt_register_index_ops(module);
+}
+
+/* ---- index ops ---- */
+
+static int index_arg(PyObject *o, const char *what) {
+    if (!tt_check(o) || (tb_dtype_category_of(tt_data(o)->dtype) != TB_CATEGORY_INTEGRAL && tb_tensor_numel(tt_data(o)))) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): Expected dtype int64 for index", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *wrap_with_node(tb_status status, tb_tensor *out, tt_node_kind kind, const char *name, int n,
+                                PyObject **inputs, PyObject *index, int64_t dim, int64_t extra, double alpha) {
+    if (status != TB_OK) {
+        if (strstr(tb_error_message(), "out of bounds"))
+            return PyErr_Format(PyExc_IndexError, "%s", tb_error_message()), NULL;
+        return tt_raise(status);
+    }
+    PyObject *result = tt_wrap(out);
+    if (result && tb_dtype_category_of(tt_data(result)->dtype) == TB_CATEGORY_FLOATING && tt_needs_grad(n, inputs)) {
+        tt_node *node = tt_node_new(kind, 0, name, n, inputs);
+        if (!node) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        node->ints[0] = dim;
+        node->ints[1] = extra;
+        node->params.alpha = alpha;
+        tt_node_save(node, 0, tt_data(index));
+        tt_set_grad_fn(result, node);
+    }
+    return result;
+}
+
+/* _tt_index_select(x, dim, index) */
+static PyObject *py_index_select(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !tt_check(args[0]) || index_arg(args[2], "index_select") != 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_TypeError, "index_select(input, dim, index)"), NULL);
+    int64_t dim = PyLong_AsLongLong(args[1]);
+    if (dim == -1 && PyErr_Occurred())
+        return NULL;
+    tb_tensor out;
+    tb_status status = tb_eager_index_select(tt_data(args[0]), dim, tt_data(args[2]), &out);
+    PyObject *inputs[1] = {args[0]};
+    int d = 0;
+    if (status == TB_OK && tt_data(args[0])->ndim)
+        (void)tb_normalize_dim(dim, tt_data(args[0])->ndim, &d);
+    return wrap_with_node(status, &out, TT_NODE_INDEX, "IndexSelectBackward0", 1, inputs, args[2], d, 0, 1.0);
+}
+
+/* _tt_gather(x, dim, index) */
+static PyObject *py_gather(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !tt_check(args[0]) || index_arg(args[2], "gather") != 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_TypeError, "gather(input, dim, index)"), NULL);
+    int64_t dim = PyLong_AsLongLong(args[1]);
+    if (dim == -1 && PyErr_Occurred())
+        return NULL;
+    tb_tensor out;
+    tb_status status = tb_eager_gather(tt_data(args[0]), dim, tt_data(args[2]), &out);
+    PyObject *inputs[1] = {args[0]};
+    return wrap_with_node(status, &out, TT_NODE_GATHER, "GatherBackward0", 1, inputs, args[2], dim, 0, 1.0);
+}
+
+/* _tt_scatter(x, dim, index, src_tensor_or_number, reduce) */
+static PyObject *py_scatter(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !tt_check(args[0]) || index_arg(args[2], "scatter") != 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_TypeError, "scatter(input, dim, index, src, reduce)"), NULL);
+    int64_t dim = PyLong_AsLongLong(args[1]);
+    long reduce = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    tb_eager_operand src = {0};
+    PyObject *src_object = NULL;
+    if (tt_check(args[3])) {
+        src.tensor = tt_data(args[3]);
+        src_object = args[3];
+    } else {
+        src.f = PyFloat_AsDouble(args[3]);
+        src.i = PyLong_Check(args[3]) ? PyLong_AsLongLong(args[3]) : (int64_t)src.f;
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    tb_tensor out;
+    tb_status status = tb_eager_scatter(tt_data(args[0]), dim, tt_data(args[2]), src, (int)reduce, &out);
+    PyObject *inputs[2] = {args[0], src_object};
+    if (reduce > 1 && status == TB_OK && tt_needs_grad(2, inputs)) {
+        tb_tensor_release(&out);
+        return PyErr_Format(PyExc_NotImplementedError, "turbo_torch: the gradient of scatter_reduce with a product or "
+                            "max/min reduction is not supported yet"), NULL;
+    }
+    int d = 0;
+    if (status == TB_OK && tt_data(args[0])->ndim)
+        (void)tb_normalize_dim(dim, tt_data(args[0])->ndim, &d);
+    return wrap_with_node(status, &out, TT_NODE_SCATTER, reduce ? "ScatterAddBackward0" : "ScatterBackward0", 2, inputs,
+                          args[2], d, reduce, 1.0);
+}
+
+/* _tt_index_add(x, dim, index, source, alpha) */
+static PyObject *py_index_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !tt_check(args[0]) || !tt_check(args[3]) || index_arg(args[2], "index_add") != 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_TypeError, "index_add(input, dim, index, source, alpha)"), NULL);
+    int64_t dim = PyLong_AsLongLong(args[1]);
+    double alpha = PyFloat_AsDouble(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    tb_tensor out;
+    tb_status status = tb_eager_index_add(tt_data(args[0]), dim, tt_data(args[2]), tt_data(args[3]), alpha, &out);
+    PyObject *inputs[2] = {args[0], args[3]};
+    int d = 0;
+    if (status == TB_OK && tt_data(args[0])->ndim)
+        (void)tb_normalize_dim(dim, tt_data(args[0])->ndim, &d);
+    return wrap_with_node(status, &out, TT_NODE_INDEX_ADD, "IndexAddBackward0", 2, inputs, args[2], d, 0, alpha);
+}
+
+static PyObject *py_nonzero(PyObject *m, PyObject *arg) {
+    if (!tt_check(arg))
+        return PyErr_Format(PyExc_TypeError, "nonzero(): argument 'input' must be Tensor"), NULL;
+    tb_tensor out;
+    tb_status status = tb_eager_nonzero(tt_data(arg), &out);
+    return status == TB_OK ? tt_wrap(&out) : tt_raise(status);
+}
+
+static PyMethodDef index_functions[] = {
+    {"_tt_nonzero", py_nonzero, METH_O, NULL},
+    {"_tt_index_select", (PyCFunction)(void (*)(void))py_index_select, METH_FASTCALL, NULL},
+    {"_tt_gather", (PyCFunction)(void (*)(void))py_gather, METH_FASTCALL, NULL},
+    {"_tt_scatter", (PyCFunction)(void (*)(void))py_scatter, METH_FASTCALL, NULL},
+    {"_tt_index_add", (PyCFunction)(void (*)(void))py_index_add, METH_FASTCALL, NULL},
+    {NULL},
+};
+
+int tt_register_index_ops(PyObject *module);
+int tt_register_index_ops(PyObject *module) { return PyModule_AddFunctions(module, index_functions); }
