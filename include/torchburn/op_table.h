@@ -61,7 +61,7 @@ extern "C" {
     X(GELU_TANH, gelu_tanh, GELU_TANH) \
     X(SILU, silu, SILU)              \
     X(MISH, mish, NONE)              \
-    X(SOFTPLUS, softplus, NONE)      /* alpha = beta, lo = threshold */ \
+    X(SOFTPLUS, softplus, NONE)      /* alpha = beta, hi = threshold */ \
     X(ELU, elu, NONE)                /* alpha */ \
     X(CELU, celu, NONE)              /* alpha */ \
     X(SELU, selu, NONE)              \

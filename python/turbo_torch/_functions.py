@@ -781,7 +781,7 @@ __all__ = sorted(set(__all__) | {n for n, v in list(globals().items())
 # ---- activations with parameters (torch.nn.functional's signatures) ---------------------------
 
 def softplus(input: Tensor, beta: Any = 1.0, threshold: Any = 20.0) -> Tensor:
-    return _unary_params("softplus", input, beta, threshold)
+    return _unary_params("softplus", input, beta, 0.0, threshold)
 
 
 def elu(input: Tensor, alpha: Any = 1.0, inplace: _py_bool = False) -> Tensor:

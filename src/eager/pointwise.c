@@ -66,6 +66,17 @@ tb_dtype tb_pw_binary_result_dtype(tb_pw_binary op, tb_dtype promoted, tb_dtype 
     }
 }
 
+double tb_pw_eval_unary(tb_pw_unary op, double x, const tb_pw_params *p) {
+    switch (op) {
+#define EVAL(id, name, simd) case TB_PW_##id: return tb_pw_##name(x, p);
+#define EVAL_TEST(id, name, simd) case TB_PW_##id: return tb_pwt_##name(x);
+        TB_PW_UNARY_FLOAT_LIST(EVAL) TB_PW_UNARY_SAME_LIST(EVAL) TB_PW_UNARY_TEST_LIST(EVAL_TEST)
+#undef EVAL
+#undef EVAL_TEST
+    default: return NAN;
+    }
+}
+
 /* ---- staging ---- */
 
 static void set_scalar(tb_staged *out, tb_domain domain, double f, int64_t i) {

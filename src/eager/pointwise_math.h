@@ -128,7 +128,7 @@ static inline double tb_pw_gelu_tanh(double x, tb_pwp p) {
 }
 static inline double tb_pw_silu(double x, tb_pwp p) { return x * tb_pw_sigmoid_value(x); }
 static inline double tb_pw_softplus(double x, tb_pwp p) {
-    return x * p->alpha > p->lo ? x : log1p(exp(x * p->alpha)) / p->alpha;
+    return x * p->alpha > p->hi ? x : log1p(exp(x * p->alpha)) / p->alpha;
 }
 static inline double tb_pw_mish(double x, tb_pwp p) { return x * tanh(x > 20 ? x : log1p(exp(x))); }
 static inline double tb_pw_elu(double x, tb_pwp p) { return x > 0 ? x : p->alpha * expm1(x); }
@@ -197,7 +197,7 @@ static inline double tb_pw_grad_silu(double x, double y, tb_pwp p) {
     return s * (1 + x * (1 - s));
 }
 static inline double tb_pw_grad_softplus(double x, double y, tb_pwp p) {
-    return x * p->alpha > p->lo ? 1 : tb_pw_sigmoid_value(x * p->alpha);
+    return x * p->alpha > p->hi ? 1 : tb_pw_sigmoid_value(x * p->alpha);
 }
 static inline double tb_pw_grad_mish(double x, double y, tb_pwp p) {
     double sp = x > 20 ? x : log1p(exp(x)), t = tanh(sp);

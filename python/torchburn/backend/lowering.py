@@ -24,7 +24,9 @@ from .. import _C
 aten = torch.ops.aten
 
 _TABLE = _C.graph_op_table()
-UNARY = {name: i for i, name in enumerate(_TABLE["unary"])}
+UNARY: dict = {}
+for _i, _name in enumerate(_TABLE["unary"]):  # a table op that also has a SIMD kernel: the kernel (first)
+    UNARY.setdefault(_name, _i)
 BINARY = {name: i for i, name in enumerate(_TABLE["binary"])}
 COMPARE = {name: i for i, name in enumerate(_TABLE["compare"])}
 REDUCE = {name: i for i, name in enumerate(_TABLE["reduce"])}
