@@ -50,7 +50,7 @@ tb_status tb_eager_index_select(const tb_tensor *x, int64_t dim_in, const tb_ten
     const int64_t *idx = tb_tensor_data(&ic);
     size_t width = tb_dtype_size(x->dtype), run = (size_t)inner * width;
     for (int64_t k = 0; status == TB_OK && k < n; k++) {
-        int64_t j;
+        int64_t j = 0;
         status = check_index(idx[k], size, &j);
         for (int64_t o = 0; status == TB_OK && o < outer; o++)
             memcpy((char *)tb_tensor_data(out) + ((o * n + k) * inner) * (int64_t)width,
@@ -116,7 +116,7 @@ tb_status tb_eager_index_add(const tb_tensor *x, int64_t dim_in, const tb_tensor
                               dim, (long long)n);
     const int64_t *idx = status == TB_OK ? tb_tensor_data(&ic) : NULL;
     for (int64_t k = 0; status == TB_OK && k < n; k++) {
-        int64_t j;
+        int64_t j = 0;
         status = check_index(idx[k], size, &j);
         for (int64_t o = 0; status == TB_OK && o < outer; o++)
             for (int64_t i = 0; i < inner; i++) {
@@ -201,7 +201,7 @@ tb_status tb_eager_gather(const tb_tensor *x, int64_t dim_in, const tb_tensor *i
     gather_walk w = {x->ndim ? x->ndim : 1, dim, index->ndim ? index->shape : ones, x->ndim ? x->shape : ones};
     const int64_t *idx = tb_tensor_data(&ic);
     for (int64_t k = 0; status == TB_OK && k < n; k++) {
-        int64_t off;
+        int64_t off = 0;
         int64_t v = idx[k] < 0 ? idx[k] + w.shape[dim] : idx[k];
         status = walk_offset(&w, k, v, &off, NULL, NULL);
         if (status == TB_OK)
@@ -246,7 +246,7 @@ tb_status tb_eager_scatter(const tb_tensor *x, int64_t dim_in, const tb_tensor *
     gather_walk w = {x->ndim ? x->ndim : 1, dim, index->ndim ? index->shape : ones, x->ndim ? x->shape : ones};
     const int64_t *idx = tb_tensor_data(&ic);
     for (int64_t k = 0; status == TB_OK && k < n; k++) {
-        int64_t off, soff = 0;
+        int64_t off = 0, soff = 0;
         int64_t v = idx[k] < 0 ? idx[k] + w.shape[dim] : idx[k];
         status = walk_offset(&w, k, v, &off, &soff, src.tensor ? (src.tensor->ndim ? src.tensor->shape : ones) : NULL);
         if (status != TB_OK)
