@@ -329,8 +329,8 @@ static tb_status record_op(const tb_engine_op *op) {
         push[2] = (uint32_t)op->k;
         push[3] = op->trans_b ? 1u : 0u;
         push[4] = op->c ? 1u : 0u;
-        gx = groups(op->n, 16, limit[0]);
-        gy = groups(op->m, 16, limit[1]);
+        gx = groups(op->n, 64, limit[0]); /* 64x64 tiles (shaders/matmul.comp) */
+        gy = groups(op->m, 64, limit[1]);
         break;
     default:
         push[0] = (uint32_t)op->rows;
