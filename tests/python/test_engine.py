@@ -242,7 +242,7 @@ def test_binary_against_reference(engine, op, b_len):
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (17, 33, 65), (64, 64, 64), (3, 129, 1), (5, 7, 0), (1, 300, 1000),
-                                   (100, 1, 37)])
+                                   (100, 1, 37), (4, 513, 77), (2, 5, 0), (65, 130, 17)])
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matmul_against_reference(engine, m, n, k, trans_b, bias):
@@ -279,11 +279,13 @@ def test_grid_stride_loops_with_capped_dispatches(vulkan):
             {"kind": "softmax", "rows": 37, "len": 129, "a": 5, "y": 6},
             {"kind": "layer_norm", "rows": 37, "len": 129, "eps": 1e-5, "a": 5, "y": 7},
             {"kind": "rms_norm", "rows": 37, "len": 129, "eps": 1e-5, "a": 5, "y": 8},
+            {"kind": "matmul", "m": 3, "n": 300, "k": 17, "trans_b": 1, "a": 0, "b": 1, "c": 2, "y": 9},  # gemv
+            {"kind": "matmul", "m": 2, "n": 300, "k": 17, "trans_b": 0, "a": 0, "b": 1, "y": 10},
         ]
         arrays = [a, w, c, np.zeros((200, 300), np.float32), np.zeros(60000, np.float32), x] + \
-            [np.zeros_like(x) for _ in range(3)]
+            [np.zeros_like(x) for _ in range(3)] + [np.zeros((3, 300), np.float32), np.zeros((2, 300), np.float32)]
         mine, golden = run_both("vulkan", ops, arrays)
-        for index in (3, 4, 6, 7, 8):
+        for index in (3, 4, 6, 7, 8, 9, 10):
             assert_close(mine[index], golden[index], 1e-5, 1e-5, what=f"array {index}")
     finally:
         del os.environ["TORCHBURN_VULKAN_MAX_WORKGROUPS"]
