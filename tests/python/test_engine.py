@@ -33,6 +33,11 @@ SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 100.0, -1
                     0.5, -0.5, 2.0, -2.0, 3.0, 1e30, -1e30], dtype=np.float32)
 
 
+# a build without <vulkan/vulkan.h> has the stub engine: every Vulkan reason is then this one
+NO_VULKAN_BUILD = "headers were absent" in gpu.gpu_info()["reason"]
+LOADER_MISSING = "headers were absent" if NO_VULKAN_BUILD else "could not be loaded"
+
+
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHBURN_")}
     full_env.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
@@ -99,7 +104,7 @@ def test_hidden_loader_is_quietly_unavailable():
     assert result.stderr == ""
     first, reason = result.stdout.splitlines()
     assert first.split() == ["False", "none", "native_cpu"]
-    assert "could not be loaded" in reason and "/nonexistent/libvulkan.so.1" in reason
+    assert LOADER_MISSING in reason and (NO_VULKAN_BUILD or "/nonexistent/libvulkan.so.1" in reason)
 
 
 def test_no_driver_is_quietly_unavailable():
@@ -118,15 +123,15 @@ def test_gpu_request_without_gpu_is_a_clear_error():
     result = run_python(code, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_LOADER="/nonexistent/libvulkan.so.1")
     assert result.returncode == 0, result.stderr
     assert "TORCHBURN_DEVICE=gpu asks for a GPU, but there is none usable" in result.stdout
-    assert "could not be loaded" in result.stdout
+    assert LOADER_MISSING in result.stdout
 
 
 def test_settings_that_make_vulkan_unavailable():
     code = "import torchburn; print(torchburn.gpu_info()['reason'])"
     result = run_python(code, TORCHBURN_WGPU_BACKEND="metal")
-    assert "only GPU backend is vulkan" in result.stdout, result.stdout + result.stderr
+    assert ("headers were absent" if NO_VULKAN_BUILD else "only GPU backend is vulkan") in result.stdout
     result = run_python(code, TORCHBURN_WGPU_BACKEND="vulkan", TORCHBURN_VULKAN_LOADER="/nonexistent/x.so")
-    assert "could not be loaded" in result.stdout  # vulkan is accepted; the (hidden) loader decides
+    assert LOADER_MISSING in result.stdout  # vulkan is accepted; the (hidden) loader decides
 
 
 # ---- Vulkan (lavapipe in CI) ----
