@@ -59,15 +59,19 @@ static void test_selection(void) {
     TB_CHECK(tb_engine_vulkan_reset() == TB_OK);
     setenv("TORCHBURN_DEVICE", "gpu", 1);
     TB_CHECK(tb_engine_select_from_env() == TB_OK);
+    tb_engine_device_info probe;
+    tb_engine_vulkan.device_info(&probe);
+    /* a build without <vulkan/vulkan.h> has the stub engine, whose reason is always the same */
+    const bool stub = strstr(probe.reason, "headers were absent") != NULL;
     TB_CHECK(tb_engine_active(&active) == TB_ERR_UNSUPPORTED && active == NULL);
     TB_CHECK(strstr(tb_error_message(), "TORCHBURN_DEVICE=gpu asks for a GPU") != NULL);
-    TB_CHECK(strstr(tb_error_message(), "could not be loaded") != NULL);
+    TB_CHECK(strstr(tb_error_message(), stub ? "headers were absent" : "could not be loaded") != NULL);
     setenv("TORCHBURN_DEVICE", "auto", 1);
     TB_CHECK(tb_engine_select_from_env() == TB_OK);
     TB_CHECK(tb_engine_active(&active) == TB_OK && active == &tb_engine_native_cpu);
     tb_engine_device_info info;
     tb_engine_vulkan.device_info(&info);
-    TB_CHECK(!info.available && strstr(info.reason, "/nonexistent/libvulkan.so.1") != NULL);
+    TB_CHECK(!info.available && (stub || strstr(info.reason, "/nonexistent/libvulkan.so.1") != NULL));
     unsetenv("TORCHBURN_VULKAN_LOADER");
     unsetenv("TORCHBURN_DEVICE");
     TB_CHECK(tb_engine_vulkan_reset() == TB_OK);

@@ -33,6 +33,11 @@ SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 100.0, -1
                     0.5, -0.5, 2.0, -2.0, 3.0, 1e30, -1e30], dtype=np.float32)
 
 
+# a build without <vulkan/vulkan.h> has the stub engine: every Vulkan reason is then this one
+NO_VULKAN_BUILD = "headers were absent" in gpu.gpu_info()["reason"]
+LOADER_MISSING = "headers were absent" if NO_VULKAN_BUILD else "could not be loaded"
+
+
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHBURN_")}
     full_env.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
@@ -99,7 +104,7 @@ def test_hidden_loader_is_quietly_unavailable():
     assert result.stderr == ""
     first, reason = result.stdout.splitlines()
     assert first.split() == ["False", "none", "native_cpu"]
-    assert "could not be loaded" in reason and "/nonexistent/libvulkan.so.1" in reason
+    assert LOADER_MISSING in reason and (NO_VULKAN_BUILD or "/nonexistent/libvulkan.so.1" in reason)
 
 
 def test_no_driver_is_quietly_unavailable():
@@ -118,15 +123,15 @@ def test_gpu_request_without_gpu_is_a_clear_error():
     result = run_python(code, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_LOADER="/nonexistent/libvulkan.so.1")
     assert result.returncode == 0, result.stderr
     assert "TORCHBURN_DEVICE=gpu asks for a GPU, but there is none usable" in result.stdout
-    assert "could not be loaded" in result.stdout
+    assert LOADER_MISSING in result.stdout
 
 
 def test_settings_that_make_vulkan_unavailable():
     code = "import torchburn; print(torchburn.gpu_info()['reason'])"
     result = run_python(code, TORCHBURN_WGPU_BACKEND="metal")
-    assert "only GPU backend is vulkan" in result.stdout, result.stdout + result.stderr
+    assert ("headers were absent" if NO_VULKAN_BUILD else "only GPU backend is vulkan") in result.stdout
     result = run_python(code, TORCHBURN_WGPU_BACKEND="vulkan", TORCHBURN_VULKAN_LOADER="/nonexistent/x.so")
-    assert "could not be loaded" in result.stdout  # vulkan is accepted; the (hidden) loader decides
+    assert LOADER_MISSING in result.stdout  # vulkan is accepted; the (hidden) loader decides
 
 
 # ---- Vulkan (lavapipe in CI) ----
@@ -242,7 +247,7 @@ def test_binary_against_reference(engine, op, b_len):
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (17, 33, 65), (64, 64, 64), (3, 129, 1), (5, 7, 0), (1, 300, 1000),
-                                   (100, 1, 37)])
+                                   (100, 1, 37), (4, 513, 77), (2, 5, 0), (65, 130, 17)])
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matmul_against_reference(engine, m, n, k, trans_b, bias):
@@ -261,13 +266,35 @@ def test_matmul_against_reference(engine, m, n, k, trans_b, bias):
     assert (np.abs(want - expected) <= 1e-5 * scale + 1e-6).all()  # the reference itself
 
 
-def test_matmul_grid_stride_beyond_65535_workgroups(vulkan):
-    n = 16 * 66000 + 5  # more column tiles than one dispatch dimension holds
-    a = np.array([[1.5]], np.float32)
-    b = np.random.default_rng(3).standard_normal((1, n)).astype(np.float32)
-    y = np.zeros((1, n), np.float32)
-    gpu.engine_run("vulkan", [{"kind": "matmul", "m": 1, "n": n, "k": 1, "a": 0, "b": 1, "y": 2}], [a, b, y])
-    assert np.array_equal(y, b * np.float32(1.5))
+def test_grid_stride_loops_with_capped_dispatches(vulkan):
+    """Every kernel with dispatches capped at 3 workgroups per dimension (TORCHBURN_VULKAN_MAX_WORKGROUPS),
+    so each grid-stride loop runs several rounds; the real 65,535 limit is crossed by the softmax test
+    with 70,000 rows."""
+    os.environ["TORCHBURN_VULKAN_MAX_WORKGROUPS"] = "3"
+    try:
+        gpu.reset()
+        assert gpu.gpu_info()["limits"]["max_workgroup_count"] == (3, 3, 3)
+        rng = np.random.default_rng(5)
+        a, w, c = (rng.standard_normal(s).astype(np.float32) for s in ((200, 17), (300, 17), (300,)))
+        x = rng.standard_normal((37, 129)).astype(np.float32)
+        ops = [
+            {"kind": "matmul", "m": 200, "n": 300, "k": 17, "trans_b": 1, "a": 0, "b": 1, "c": 2, "y": 3},
+            {"kind": "unary", "op": "silu", "n": 60000, "a": 3, "y": 4},
+            {"kind": "binary", "op": "sub", "n": 60000, "b_len": 300, "a": 4, "b": 2, "y": 4},
+            {"kind": "softmax", "rows": 37, "len": 129, "a": 5, "y": 6},
+            {"kind": "layer_norm", "rows": 37, "len": 129, "eps": 1e-5, "a": 5, "y": 7},
+            {"kind": "rms_norm", "rows": 37, "len": 129, "eps": 1e-5, "a": 5, "y": 8},
+            {"kind": "matmul", "m": 3, "n": 300, "k": 17, "trans_b": 1, "a": 0, "b": 1, "c": 2, "y": 9},  # gemv
+            {"kind": "matmul", "m": 2, "n": 300, "k": 17, "trans_b": 0, "a": 0, "b": 1, "y": 10},
+        ]
+        arrays = [a, w, c, np.zeros((200, 300), np.float32), np.zeros(60000, np.float32), x] + \
+            [np.zeros_like(x) for _ in range(3)] + [np.zeros((3, 300), np.float32), np.zeros((2, 300), np.float32)]
+        mine, golden = run_both("vulkan", ops, arrays)
+        for index in (3, 4, 6, 7, 8, 9, 10):
+            assert_close(mine[index], golden[index], 1e-5, 1e-5, what=f"array {index}")
+    finally:
+        del os.environ["TORCHBURN_VULKAN_MAX_WORKGROUPS"]
+        gpu.reset()
 
 
 def softmax_rows(rows, length, rng):
@@ -279,7 +306,7 @@ def softmax_rows(rows, length, rng):
     return x
 
 
-@pytest.mark.parametrize("rows,length", [(1, 1), (5, 7), (4, 255), (6, 257), (3, 1000), (4, 3001), (70000, 3)])
+@pytest.mark.parametrize("rows,length", [(1, 1), (5, 7), (4, 255), (6, 257), (3, 1000), (4, 3001), (300, 3)])
 @pytest.mark.parametrize("log", [False, True])
 def test_softmax_against_reference(engine, rows, length, log):
     x = softmax_rows(rows, length, np.random.default_rng(rows + length))
@@ -290,7 +317,7 @@ def test_softmax_against_reference(engine, rows, length, log):
 
 
 @pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
-@pytest.mark.parametrize("rows,length", [(1, 1), (3, 7), (5, 256), (2, 257), (4, 4099), (70000, 2)])
+@pytest.mark.parametrize("rows,length", [(1, 1), (3, 7), (5, 256), (2, 257), (4, 4099), (300, 2)])
 @pytest.mark.parametrize("affine", [False, True])
 def test_norms_against_reference(engine, kind, rows, length, affine):
     rng = np.random.default_rng(rows * 7 + length)
@@ -310,6 +337,13 @@ def test_norms_against_reference(engine, kind, rows, length, affine):
     bound = 1e-5 * np.abs(want) + 16 * 6e-8 * scale + 1e-6 * (np.abs(bias) if affine else 0.0) + 1e-7
     assert np.isfinite(got).all()
     assert (np.abs(got - want) <= bound).all(), f"{engine} {kind}: worst {np.abs(got - want).max()}"
+
+
+def test_rows_beyond_65535_workgroups(vulkan):
+    x = softmax_rows(70000, 3, np.random.default_rng(9))  # one workgroup per row: more than a dispatch holds
+    spec = {"kind": "softmax", "rows": 70000, "len": 3, "a": 0, "y": 1}
+    (_, got), (_, want) = run_both("vulkan", [spec], [x, np.zeros_like(x)])
+    assert_close(got, want, 1e-5, 1e-6, what="softmax 70000 rows")
 
 
 def test_norm_special_values(vulkan):

@@ -7,7 +7,8 @@
  *   TORCHBURN_VULKAN_LOADER      library to dlopen (default libvulkan.so.1; tests point it elsewhere)
  *   TORCHBURN_GPU_INDEX          use physical device N of the enumeration (any type, CPU ones too)
  *   TORCHBURN_VULKAN_ALLOW_CPU=1 let the automatic pick take a CPU-type device (Mesa's lavapipe)
- *   TORCHBURN_WGPU_BACKEND       accepted for the seed's spelling: vulkan, auto or empty */
+ *   TORCHBURN_WGPU_BACKEND       accepted for the seed's spelling: vulkan, auto or empty
+ *   TORCHBURN_VULKAN_MAX_WORKGROUPS  caps dispatch sizes below the device's (tests of grid-stride loops) */
 #ifdef TB_HAVE_VULKAN_HEADERS
 #include <dlfcn.h>
 #include <stdio.h>
@@ -210,8 +211,14 @@ static void record_facts(void) {
     info->vendor_id = properties.vendorID;
     info->device_id = properties.deviceID;
     info->max_storage_buffer_range = properties.limits.maxStorageBufferRange;
-    for (int d = 0; d < 3; d++)
-        info->max_workgroup_count[d] = properties.limits.maxComputeWorkGroupCount[d];
+    /* TORCHBURN_VULKAN_MAX_WORKGROUPS=N (tests) caps the dispatch size so every grid-stride loop runs
+     * several rounds on small inputs, without dispatching 65,536 real workgroups */
+    const char *cap_text = getenv("TORCHBURN_VULKAN_MAX_WORKGROUPS");
+    long cap = cap_text && cap_text[0] ? strtol(cap_text, NULL, 10) : 0;
+    for (int d = 0; d < 3; d++) {
+        uint32_t limit = properties.limits.maxComputeWorkGroupCount[d];
+        info->max_workgroup_count[d] = (cap >= 1 && (unsigned long)cap < limit) ? (uint32_t)cap : limit;
+    }
     info->max_workgroup_invocations = properties.limits.maxComputeWorkGroupInvocations;
     info->max_shared_memory_bytes = properties.limits.maxComputeSharedMemorySize;
     if (tb_vk.GetPhysicalDeviceProperties2 && properties.apiVersion >= VK_API_VERSION_1_1) {

@@ -19,6 +19,9 @@
 #include "kernels/elementwise.h"
 
 enum { POOL_MAX_BYTES = 256 << 20 };
+/* matmuls with at most this many rows (decode-time GEMV) take shaders/gemv.comp: a 64x64 tile would
+ * leave most of its threads idle */
+enum { GEMV_MAX_ROWS = 4 };
 
 typedef struct vk_buffer_record {
     tb_engine_buffer header; /* first: a tb_engine_buffer * is a vk_buffer_record * */
@@ -225,9 +228,14 @@ static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
         *out = tb_vk.pipelines[kernel];
         return TB_OK;
     }
-    if ((int)kernel >= tb_spirv_shader_count)
-        return tb_error_set(TB_ERR_INTERNAL, "vulkan: no SPIR-V for kernel %d", (int)kernel);
-    const tb_spirv_shader *shader = &tb_spirv_shaders[kernel];
+    static const char *const names[TB_VK_KERNEL_COUNT] = {"binary", "gemv", "layer_norm", "matmul",
+                                                          "rms_norm", "softmax", "unary"};
+    const tb_spirv_shader *shader = NULL;
+    for (int i = 0; i < tb_spirv_shader_count && !shader; i++)
+        if (strcmp(tb_spirv_shaders[i].name, names[kernel]) == 0)
+            shader = &tb_spirv_shaders[i];
+    if (!shader)
+        return tb_error_set(TB_ERR_INTERNAL, "vulkan: no SPIR-V for kernel '%s'", names[kernel]);
     VkShaderModuleCreateInfo module_create = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                               .codeSize = shader->bytes, .pCode = shader->words};
     VkShaderModule module;
@@ -288,7 +296,8 @@ static uint32_t groups(int64_t items, int64_t per_group, uint32_t limit) {
 /* Records one op: descriptors, push constants, dispatch. */
 static tb_status record_op(const tb_engine_op *op) {
     VkPipeline pipeline = VK_NULL_HANDLE;
-    TB_TRY(pipeline_for(kernel_of(op->kind), &pipeline));
+    bool gemv = op->kind == TB_ENGINE_OP_MATMUL && op->m <= GEMV_MAX_ROWS;
+    TB_TRY(pipeline_for(gemv ? TB_VK_KERNEL_GEMV : kernel_of(op->kind), &pipeline));
     VkDescriptorSet set;
     VkDescriptorSetAllocateInfo allocate = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                             .descriptorPool = tb_vk.descriptor_pool, .descriptorSetCount = 1,
@@ -329,8 +338,12 @@ static tb_status record_op(const tb_engine_op *op) {
         push[2] = (uint32_t)op->k;
         push[3] = op->trans_b ? 1u : 0u;
         push[4] = op->c ? 1u : 0u;
-        gx = groups(op->n, 16, limit[0]);
-        gy = groups(op->m, 16, limit[1]);
+        if (gemv) { /* shaders/gemv.comp: a workgroup per column (trans_b) or per 64 columns */
+            gx = groups(op->n, op->trans_b ? 1 : 64, limit[0]);
+        } else { /* 64x64 tiles (shaders/matmul.comp) */
+            gx = groups(op->n, 64, limit[0]);
+            gy = groups(op->m, 64, limit[1]);
+        }
         break;
     default:
         push[0] = (uint32_t)op->rows;

@@ -30,9 +30,10 @@
     X(CmdBindDescriptorSets) X(CmdPushConstants) X(CmdDispatch) X(CmdPipelineBarrier) X(QueueSubmit)        \
     X(CreateFence) X(DestroyFence) X(WaitForFences) X(ResetFences) X(DeviceWaitIdle)
 
-/* The shaders, in the order of tb_spirv_shaders (sorted by name). */
+/* The shaders (looked up by name in tb_spirv_shaders when their pipeline is first built). */
 typedef enum tb_vk_kernel {
     TB_VK_KERNEL_BINARY = 0,
+    TB_VK_KERNEL_GEMV,
     TB_VK_KERNEL_LAYER_NORM,
     TB_VK_KERNEL_MATMUL,
     TB_VK_KERNEL_RMS_NORM,
