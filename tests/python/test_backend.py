@@ -765,3 +765,15 @@ def test_table_unary_ops_lower_natively(name):
         got = compiled_fn(x)
     torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5)
     assert_all_native(recorder)
+
+
+def test_plan_reduce_over_an_empty_input():
+    """A plan value of 0 elements arrives without memory (NULL data): ops must see an empty tensor."""
+    table = _C.graph_op_table()
+    g = _C.Graph()
+    x = g.input("float32", (0, 3))
+    g.output(g.node("reduce", [x], {"op": table["reduce"].index("sum"), "dim_mask": 1, "keepdim": 0,
+                                    "dtype": "float32"}))
+    plan, _ = g.compile()
+    (out,) = plan(torch.ones(0, 3))
+    torch.testing.assert_close(torch.from_dlpack(out) if not isinstance(out, torch.Tensor) else out, torch.zeros(3))
