@@ -601,12 +601,37 @@ static void unary_grad_loop(int op, const double *g, const double *x, const doub
 }
 
 /* Stages operands into double arrays (the backward computes in double and stores in grad's dtype). */
+static bool contiguous_f32_like(const tb_tensor *t, const tb_tensor *like) {
+    return t->dtype == TB_F32 && tb_tensor_is_contiguous(t) && t->ndim == like->ndim &&
+           memcmp(t->shape, like->shape, sizeof(int64_t) * (size_t)t->ndim) == 0;
+}
+
+static void unary_grad_loop_f32(int op, const float *g, const float *x, const float *y, float *out, int64_t n,
+                                const tb_pw_params *p) {
+    switch (op) {
+#define CASE(id, name, simd) \
+    case TB_PW_##id: for (int64_t i = 0; i < n; i++) out[i] = (float)(g[i] * tb_pw_grad_##name(x[i], y[i], p)); break;
+        TB_PW_UNARY_FLOAT_LIST(CASE) TB_PW_UNARY_SAME_LIST(CASE)
+#undef CASE
+    default: for (int64_t i = 0; i < n; i++) out[i] = 0; break;
+    }
+}
+
 tb_status tb_eager_unary_backward(tb_pw_unary op, const tb_tensor *grad, const tb_tensor *x, const tb_tensor *y,
                                   const tb_pw_params *params, tb_tensor *out) {
     tb_pw_params p = params ? *params : (tb_pw_params){0};
     if (op == TB_PW_CLAMP && !params) {
         p.lo = -INFINITY;
         p.hi = INFINITY;
+    }
+    if (op == TB_PW_LOGIT && !params)
+        p.alpha = -1;
+    /* float32 contiguous operands: no staging, one pass (the derivative is still evaluated in double) */
+    if (!out->storage && contiguous_f32_like(grad, grad) && contiguous_f32_like(x, grad) && contiguous_f32_like(y, grad)) {
+        TB_TRY(tb_tensor_empty(TB_F32, grad->ndim, grad->shape, 0, out));
+        unary_grad_loop_f32(op, tb_tensor_data(grad), tb_tensor_data(x), tb_tensor_data(y), tb_tensor_data(out),
+                            tb_tensor_numel(grad), &p);
+        return TB_OK;
     }
     if (op == TB_PW_LOGIT && !params)
         p.alpha = -1; /* no eps */

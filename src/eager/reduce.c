@@ -232,9 +232,51 @@ static bool try_simd_rows(tb_eager_reduce_op op, const tb_tensor *x, uint32_t di
     return true;
 }
 
+/* float32 contiguous [rows, cols] summed over the leading dims (the bias gradient of a linear layer):
+ * column sums with double accumulators, one pass over the rows. */
+static bool try_column_sums(tb_eager_reduce_op op, const tb_tensor *x, uint32_t dim_mask, bool keepdim, tb_dtype out_dtype,
+                            tb_tensor *out) {
+    if ((op != TB_EAGER_REDUCE_SUM && op != TB_EAGER_REDUCE_MEAN) || x->dtype != TB_F32 || out_dtype != TB_F32 ||
+        !tb_tensor_is_contiguous(x) || x->ndim < 2 || dim_mask == 0)
+        return false;
+    int lead = 0;
+    while (lead < x->ndim && (dim_mask >> lead & 1))
+        lead++;
+    if (lead == 0 || lead == x->ndim || dim_mask >> lead)
+        return false; /* not exactly the leading dims */
+    int64_t rows = 1, cols = 1;
+    for (int d = 0; d < lead; d++)
+        rows *= x->shape[d];
+    for (int d = lead; d < x->ndim; d++)
+        cols *= x->shape[d];
+    if (cols > 4096 || rows == 0)
+        return false;
+    int64_t shape[TB_MAX_DIMS];
+    int ndim = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (d >= lead)
+            shape[ndim++] = x->shape[d];
+        else if (keepdim)
+            shape[ndim++] = 1;
+    if (tb_tensor_empty(TB_F32, ndim, shape, 0, out) != TB_OK)
+        return false;
+    double acc[4096];
+    memset(acc, 0, sizeof(double) * (size_t)cols);
+    const float *src = tb_tensor_data(x);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            acc[c] += src[r * cols + c];
+    float *y = tb_tensor_data(out);
+    for (int64_t c = 0; c < cols; c++)
+        y[c] = (float)(op == TB_EAGER_REDUCE_MEAN ? acc[c] / (double)rows : acc[c]);
+    return true;
+}
+
 tb_status tb_eager_reduce(tb_eager_reduce_op op, const tb_tensor *x, uint32_t dim_mask, bool keepdim, tb_dtype out_dtype,
                           tb_tensor *out) {
     memset(out, 0, sizeof *out);
+    if (try_column_sums(op, x, dim_mask, keepdim, out_dtype, out))
+        return TB_OK;
     if ((unsigned)op >= TB_EAGER_REDUCE_COUNT)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "reduction %d does not exist", (int)op);
     /* the SIMD path sums f32 rows in f32 with several accumulators (as torch's cascade does); long rows
