@@ -106,6 +106,9 @@ TB_API TB_NODISCARD tb_status tb_eager_norm(const tb_tensor *x, double p, uint32
  * with flatten: argmax over all elements (indices only). */
 TB_API TB_NODISCARD tb_status tb_eager_max_dim(bool is_max, const tb_tensor *x, int64_t dim, bool keepdim,
                                                tb_tensor *values, tb_tensor *indices);
+/* The gradient of prod over dim_mask (0: all) given g expanded to x's shape; exact with zeros. */
+TB_API TB_NODISCARD tb_status tb_eager_prod_backward(const tb_tensor *x, uint32_t dim_mask, const tb_tensor *g,
+                                                     tb_tensor *out);
 /* cumsum / cumprod along dim in out_dtype. */
 TB_API TB_NODISCARD tb_status tb_eager_cumulative(bool is_prod, const tb_tensor *x, int64_t dim, tb_dtype out_dtype,
                                                   tb_tensor *out);

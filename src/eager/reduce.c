@@ -19,6 +19,7 @@ const char *const tb_eager_reduce_names[TB_EAGER_REDUCE_COUNT] = {
  * shape (kept dims, or size-1 dims with keepdim). */
 typedef struct reduce_layout {
     tb_tensor data; /* contiguous, [rows, len] */
+    int64_t order[TB_MAX_DIMS]; /* the permutation that moved the reduced dims last */
     int64_t rows, len;
     int out_ndim;
     int64_t out_shape[TB_MAX_DIMS];
@@ -54,6 +55,7 @@ static tb_status make_layout(const tb_tensor *x, uint32_t dim_mask, bool keepdim
     for (int d = 0; d < ndim; d++)
         if (mask >> d & 1)
             order[k++] = d;
+    memcpy(out->order, order, sizeof order);
     tb_tensor permuted;
     TB_TRY(tb_tensor_permute(x, ndim, order, &permuted));
     tb_status status = tb_tensor_contiguous(&permuted, tb_domain_dtype(domain), &out->data);
@@ -539,5 +541,61 @@ tb_status tb_eager_cumulative(bool is_prod, const tb_tensor *x, int64_t dim, tb_
     tb_tensor_release(&back);
     if (status != TB_OK && fresh)
         tb_tensor_release(out);
+    return status;
+}
+
+/* d prod / d x_i = the product of the other reduced elements (exact with zeros: one zero in a row
+ * gets the product of the rest, every other element 0). g is the output gradient expanded to x's
+ * shape; out receives x's shape in g's dtype. */
+tb_status tb_eager_prod_backward(const tb_tensor *x, uint32_t dim_mask, const tb_tensor *g, tb_tensor *out) {
+    memset(out, 0, sizeof *out);
+    reduce_layout lx, lg;
+    TB_TRY(make_layout(x, dim_mask, false, TB_DOMAIN_F64, &lx));
+    tb_status status = make_layout(g, dim_mask, false, TB_DOMAIN_F64, &lg);
+    if (status != TB_OK) {
+        tb_tensor_release(&lx.data);
+        return status;
+    }
+    tb_tensor result;
+    status = tb_tensor_empty(TB_F64, lx.data.ndim, lx.data.shape, 0, &result);
+    if (status == TB_OK) {
+        const double *xv = tb_tensor_data(&lx.data), *gv = tb_tensor_data(&lg.data);
+        double *o = tb_tensor_data(&result);
+        for (int64_t r = 0; r < lx.rows; r++) {
+            const double *row = xv + r * lx.len, *grow = gv + r * lx.len;
+            double *orow = o + r * lx.len, others = 1;
+            int64_t zeros = 0, zero_at = -1;
+            for (int64_t i = 0; i < lx.len; i++) {
+                if (row[i] == 0) {
+                    zeros++;
+                    zero_at = i;
+                } else {
+                    others *= row[i];
+                }
+            }
+            for (int64_t i = 0; i < lx.len; i++)
+                orow[i] = zeros == 0 ? grow[i] * others / row[i] : (zeros == 1 && i == zero_at ? grow[i] * others : 0.0);
+        }
+        int64_t inverse[TB_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++)
+            inverse[lx.order[d]] = d;
+        /* result is laid out as the permuted x; view it back and copy to x's order */
+        tb_tensor shaped, back;
+        int64_t permuted_shape[TB_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++)
+            permuted_shape[d] = x->shape[lx.order[d]];
+        status = tb_tensor_reshape(&result, x->ndim, permuted_shape, &shaped);
+        if (status == TB_OK) {
+            status = tb_tensor_permute(&shaped, x->ndim, inverse, &back);
+            tb_tensor_release(&shaped);
+        }
+        if (status == TB_OK) {
+            status = tb_tensor_contiguous(&back, g->dtype, out);
+            tb_tensor_release(&back);
+        }
+        tb_tensor_release(&result);
+    }
+    tb_tensor_release(&lx.data);
+    tb_tensor_release(&lg.data);
     return status;
 }

@@ -134,20 +134,7 @@ static tb_status reduce_backward(tt_node *node, const tb_tensor *g, tb_tensor *g
         }
         break;
     case TB_EAGER_REDUCE_MEAN: status = binary_scalar(TB_PWB_DIV, &ge, (double)count, &grads[0]); break;
-    case TB_EAGER_REDUCE_PROD: {
-        /* y / x where x != 0; with zeros, the product of the other elements (one zero) or 0 */
-        tb_tensor ye, q;
-        status = expand_reduced(y, mask, keepdim, ndim, shape, &ye);
-        if (status == TB_OK) {
-            status = binary(TB_PWB_DIV, &ye, x, &q);
-            tb_tensor_release(&ye);
-        }
-        if (status == TB_OK) {
-            status = binary(TB_PWB_MUL, &ge, &q, &grads[0]);
-            tb_tensor_release(&q);
-        }
-        break;
-    }
+    case TB_EAGER_REDUCE_PROD: status = tb_eager_prod_backward(x, mask, &ge, &grads[0]); break;
     case TB_EAGER_REDUCE_AMAX: case TB_EAGER_REDUCE_AMIN: {
         /* ties share the gradient evenly */
         tb_tensor ye, is_extreme = {0}, hits = {0}, counts = {0}, counts_e, share = {0};
