@@ -300,16 +300,41 @@ def argsort(input: Tensor, dim: _py_int = -1, descending: _py_bool = False, stab
 
 def unique(input: Tensor, sorted: _py_bool = True, return_inverse: _py_bool = False, return_counts: _py_bool = False,
            dim: Any = None) -> Any:
-    values = input.reshape(-1).tolist()
-    distinct = builtins.sorted(set(values))
-    result = _C._tt_from_values(distinct, (len(distinct),), input.dtype)
+    """Sorted unique values (or unique slices along dim), with inverse indices and counts."""
+    if dim is None:
+        values = input.reshape(-1).tolist()
+        keys = values
+        distinct = builtins.sorted(set(values))
+        result = _C._tt_from_values(distinct, (len(distinct),), input.dtype)
+    else:
+        dim %= builtins.max(input.ndim, 1)
+        moved = F.movedim(input, dim, 0)
+        keys = [tuple(_flat(row)) for row in moved.tolist()] if moved.shape[0] else []
+        distinct = builtins.sorted(set(keys))
+        positions = [keys.index(k) for k in distinct]
+        result = F.movedim(index_select(moved, 0, _long_index(positions)), 0, dim) if positions else input
     extras = []
     if return_inverse:
         where_index = {v: i for i, v in enumerate(distinct)}
-        extras.append(_C._tt_from_values([where_index[v] for v in values], tuple(input.shape), _types.int64))
+        shape = tuple(input.shape) if dim is None else (len(keys),)
+        extras.append(_C._tt_from_values([where_index[v] for v in keys], shape, _types.int64))
     if return_counts:
-        extras.append(_C._tt_from_values([values.count(v) for v in distinct], (len(distinct),), _types.int64))
+        counts = collections_counter(keys)
+        extras.append(_C._tt_from_values([counts[v] for v in distinct], (len(distinct),), _types.int64))
     return (result, *extras) if extras else result
+
+
+def _flat(value: Any) -> list:
+    if isinstance(value, list):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+def collections_counter(keys: list) -> dict:
+    counts: dict = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    return counts
 
 
 def install() -> None:
