@@ -344,6 +344,7 @@ def install() -> None:
         setattr(tt, name, globals()[name])
         setattr(F, name, globals()[name])
     _C._tt_set_index_hooks(_getitem_advanced, _setitem_advanced)
+    _install_composites()
 
     methods = {
         "item": _item, "tolist": _tolist, "to": _to, "size": _size, "stride": _stride, "numpy": _numpy,
@@ -468,3 +469,34 @@ def _rand_like(self: Tensor, a: _py_float, b: _py_float) -> Tensor:
 
 
 F._rand_like = _rand_like
+
+
+def _install_composites() -> None:
+    """Module functions (and methods, where torch has them) for the composites of _composites.py."""
+    import turbo_torch as tt
+    from . import _composites as C
+    methods = {"addcmul", "addcdiv", "addr", "addbmm", "aminmax", "cross", "cummax", "cummin", "logcumsumexp",
+               "deg2rad", "rad2deg", "diag", "diag_embed", "diagflat", "diff", "dist", "equal", "isclose", "allclose",
+               "heaviside", "kron", "ldexp", "logaddexp2", "msort", "narrow_copy", "ravel", "rot90", "sum_to_size",
+               "take_along_dim", "vdot", "unique_consecutive", "median", "nanmedian", "kthvalue", "index_copy",
+               "index_fill", "hsplit", "vsplit", "dsplit", "isreal", "isin", "select_scatter", "slice_scatter",
+               "split_with_sizes", "cov", "corrcoef", "trapz", "tensordot"}
+    for name in C.NAMES + ["trapz"]:
+        fn = getattr(C, name)
+        if not hasattr(tt, name):
+            setattr(tt, name, fn)
+        if name in methods and not hasattr(Tensor, name):
+            setattr(Tensor, name, fn)
+    for name in ("index_copy", "index_fill", "index_add", "scatter", "scatter_add", "masked_fill"):
+        base = getattr(tt, name)
+        setattr(Tensor, name + "_", (lambda base: lambda self, *a, **k: _inplace_result(self, base(self, *a, **k)))(base))
+
+
+def _inplace_result(self: Tensor, result: Tensor) -> Tensor:
+    if self.requires_grad and self.is_leaf and _C._tt_is_grad_enabled():
+        _inplace_leaf_error()
+    if _C._tt_is_grad_enabled() and (self.requires_grad or result.requires_grad):
+        raise NotImplementedError("turbo_torch: this in-place index op inside an autograd graph is not supported yet; "
+                                  "use its out-of-place form")
+    self.copy_(result)
+    return self
