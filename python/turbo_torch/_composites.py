@@ -188,11 +188,14 @@ def cummin(input: Tensor, dim: _py_int) -> Any:
 
 
 def logcumsumexp(input: Tensor, dim: _py_int) -> Tensor:
-    if input.numel() == 0:
+    """A running logaddexp along dim (stable for every prefix, and exact at -inf/inf)."""
+    if input.ndim == 0 or input.numel() == 0:
         return input.clone()
-    m = F.amax(input, dim, keepdim=True) if input.ndim else input
-    m = F.where(F.isfinite(m), m, _C._tt_full((), 0.0, input.dtype)).detach()
-    return F.log(F.cumsum(F.exp(input - m), dim)) + m
+    pieces = F.unbind(input, dim)
+    running = [pieces[0]]
+    for piece in pieces[1:]:
+        running.append(F.logaddexp(running[-1], piece))
+    return F.stack(running, dim)
 
 
 def deg2rad(input: Tensor) -> Tensor:
@@ -213,26 +216,21 @@ def diag(input: Tensor, diagonal: _py_int = 0) -> Tensor:
 
 
 def diag_embed(input: Tensor, offset: _py_int = 0, dim1: _py_int = -2, dim2: _py_int = -1) -> Tensor:
-    n = input.shape[-1] + builtins.abs(offset)
-    eye = F_eye(n, input.dtype)
-    # place the vector on the offset diagonal: pad with zeros
-    rows = []
-    zero = _C._tt_full(tuple(input.shape[:-1]) + (1,), 0, input.dtype)
-    vec = input
-    if offset > 0:
-        vec = F.cat([vec, *(zero for _ in range(offset))], -1) if offset else vec
-    elif offset < 0:
-        vec = F.cat([*(zero for _ in range(-offset)), vec], -1)
-    shifted = F.roll(eye, offset, 1) if offset else eye
-    mask = shifted if offset >= 0 else F.roll(eye, offset, 1)
-    out = vec.unsqueeze(-1) * mask if offset < 0 else vec.unsqueeze(-2) * mask
-    if offset < 0:
-        out = vec.unsqueeze(-2) * mask
-    del rows
-    d1, d2 = dim1 % (input.ndim + 1), dim2 % (input.ndim + 1)
-    if (d1, d2) != (input.ndim - 1, input.ndim):
-        out = F.movedim(out, (-2, -1), (d1, d2))
-    return out
+    m = input.shape[-1]
+    k = builtins.abs(offset)
+    n = m + k
+    # E[i, j] = 1 where j == i + offset (rows of the last-dim vector), then pad the missing rows with zeros
+    columns = [i + offset if offset >= 0 else i for i in range(m)]
+    mask = _C._tt_from_values([1 if j == columns[i] else 0 for i in range(m) for j in range(n)], (m, n), input.dtype)
+    base = input.unsqueeze(-1) * mask
+    if k:
+        pad = _C._tt_full(tuple(input.shape[:-1]) + (k, n), 0, input.dtype)
+        base = F.cat([base, pad] if offset > 0 else [pad, base], -2)
+    nd = input.ndim + 1
+    d1, d2 = dim1 % nd, dim2 % nd
+    if (d1, d2) != (nd - 2, nd - 1):
+        base = F.movedim(base, (nd - 2, nd - 1), (d1, d2))
+    return base
 
 
 def F_eye(n: _py_int, dtype: Any) -> Tensor:
@@ -245,11 +243,18 @@ def diagflat(input: Tensor, offset: _py_int = 0) -> Tensor:
 
 
 def diff(input: Tensor, n: _py_int = 1, dim: _py_int = -1, prepend: Any = None, append: Any = None) -> Tensor:
+    def edge(t: Any) -> Tensor:
+        if not isinstance(t, Tensor):
+            t = _C._tt_full((), t, input.dtype)
+        if t.ndim == 0:  # a scalar is broadcast to a size-1 slice along dim
+            shape = list(input.shape)
+            shape[dim % input.ndim] = 1
+            return t.expand(*shape)
+        return t
     if prepend is not None:
-        input = F.cat([prepend.expand(*[s if d != dim % input.ndim else prepend.shape[d] for d, s in enumerate(input.shape)])
-                       if prepend.ndim == input.ndim else prepend, input], dim)
+        input = F.cat([edge(prepend), input], dim)
     if append is not None:
-        input = F.cat([input, append], dim)
+        input = F.cat([input, edge(append)], dim)
     for _ in range(n):
         size = input.shape[dim]
         if size == 0:
@@ -384,7 +389,7 @@ def sum_to_size(input: Tensor, *size: Any) -> Tensor:
 
 def take_along_dim(input: Tensor, indices: Tensor, dim: Optional[_py_int] = None) -> Tensor:
     if dim is None:
-        return _m().take(input, indices)
+        return _m().take(input, indices.reshape(-1))
     shape = F.broadcast_shapes(*[tuple(s if d != dim % input.ndim else 1 for d, s in enumerate(t.shape))
                                  for t in (input, indices)])
     a_shape = list(shape)
@@ -578,7 +583,7 @@ def cov(input: Tensor, *, correction: _py_int = 1, fweights: Any = None, aweight
     n = x.shape[1]
     centered = x - F.mean(x, 1, keepdim=True)
     c = F.matmul(centered, centered.t()) / builtins.max(n - correction, 0)
-    return c.reshape(()) if input.ndim < 2 else c
+    return c.reshape(()) if input.ndim < 2 or x.shape[0] == 1 else c
 
 
 def corrcoef(input: Tensor) -> Tensor:
