@@ -243,6 +243,8 @@ def diagflat(input: Tensor, offset: _py_int = 0) -> Tensor:
 
 
 def diff(input: Tensor, n: _py_int = 1, dim: _py_int = -1, prepend: Any = None, append: Any = None) -> Tensor:
+    if n == 0:
+        return input  # torch ignores prepend/append when n is 0
     def edge(t: Any) -> Tensor:
         if not isinstance(t, Tensor):
             t = _C._tt_full((), t, input.dtype)
