@@ -129,6 +129,9 @@ TB_API TB_NODISCARD tb_status tb_eager_gather(const tb_tensor *x, int64_t dim, c
 TB_API TB_NODISCARD tb_status tb_eager_scatter(const tb_tensor *x, int64_t dim, const tb_tensor *index,
                                                tb_eager_operand src, int reduce, tb_tensor *out);
 
+/* Stable sort along dim (NaN largest); values in x's dtype, int64 indices. */
+TB_API TB_NODISCARD tb_status tb_eager_sort(const tb_tensor *x, int64_t dim, bool descending, tb_tensor *values,
+                                            tb_tensor *indices);
 /* Coordinates of the nonzero elements, [count, ndim] int64 in row-major order. */
 TB_API TB_NODISCARD tb_status tb_eager_nonzero(const tb_tensor *x, tb_tensor *out);
 

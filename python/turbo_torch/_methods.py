@@ -265,33 +265,19 @@ def topk(input: Tensor, k: _py_int, dim: _py_int = -1, largest: _py_bool = True,
     return collections.namedtuple("topk", ["values", "indices"])(F.narrow(values, dim, 0, k), F.narrow(indices, dim, 0, k))
 
 
+_sort_type = None
+
+
 def sort(input: Tensor, dim: _py_int = -1, descending: _py_bool = False, stable: _py_bool = False) -> Any:
-    import collections
-    import math
-    dim %= builtins.max(input.ndim, 1)
-    if input.ndim == 0:
-        return collections.namedtuple("sort", ["values", "indices"])(input.clone(), _C._tt_full((), 0, _types.int64))
-    moved = F.movedim(input, dim, -1)
-    rows = moved.reshape(-1, moved.shape[-1]).tolist() if moved.numel() else []
-    order_rows = []
-    for row in rows:
-        def key(i: _py_int, row=row) -> Any:
-            v = row[i]
-            nan = isinstance(v, _py_float) and math.isnan(v)
-            return (1, 0) if nan else (0, v)
-        order = builtins.sorted(range(len(row)), key=key, reverse=descending)
-        if descending:
-            # stable descending with NaN first (torch puts NaN as the largest)
-            order = builtins.sorted(range(len(row)), key=lambda i, row=row: (
-                0 if (isinstance(row[i], _py_float) and math.isnan(row[i])) else 1,
-                -row[i] if not (isinstance(row[i], _py_float) and math.isnan(row[i])) else 0))
-        order_rows.append(order)
-    shape = list(moved.shape)
-    indices = _C._tt_from_values([i for r in order_rows for i in r], tuple(shape), _types.int64)
-    flat_positions = [r * shape[-1] + i for r, order in enumerate(order_rows) for i in order]
-    values = index_select(moved.reshape(-1), 0, F.tensor_of(flat_positions, _types.int64)).reshape(shape) \
-        if flat_positions else moved.clone()
-    return collections.namedtuple("sort", ["values", "indices"])(F.movedim(values, -1, dim), F.movedim(indices, -1, dim))
+    """Stable sort (C merge sort; NaN sorts as the largest), values differentiable through the indices."""
+    global _sort_type
+    if _sort_type is None:
+        import collections
+        _sort_type = collections.namedtuple("sort", ["values", "indices"])
+    if isinstance(dim, _py_bool):  # sort(x, descending) positional form
+        dim, descending = -1, dim
+    values, indices = _C._tt_sort(input, dim, descending)
+    return _sort_type(values, indices)
 
 
 def argsort(input: Tensor, dim: _py_int = -1, descending: _py_bool = False, stable: _py_bool = False) -> Tensor:

@@ -723,7 +723,39 @@ static PyObject *py_nonzero(PyObject *m, PyObject *arg) {
     return status == TB_OK ? tt_wrap(&out) : tt_raise(status);
 }
 
+/* _tt_sort(x, dim, descending) -> (values, indices); values record a gather node on the indices */
+static PyObject *py_sort(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !tt_check(args[0]))
+        return PyErr_Format(PyExc_TypeError, "_tt_sort(input, dim, descending)"), NULL;
+    int64_t dim = PyLong_AsLongLong(args[1]);
+    if (dim == -1 && PyErr_Occurred())
+        return NULL;
+    tb_tensor values, indices;
+    tb_status status = tb_eager_sort(tt_data(args[0]), dim, PyObject_IsTrue(args[2]), &values, &indices);
+    if (status != TB_OK)
+        return strstr(tb_error_message(), "Dimension") || strstr(tb_error_message(), "dim")
+                   ? (PyErr_Format(PyExc_IndexError, "%s", tb_error_message()), NULL)
+                   : tt_raise(status);
+    PyObject *index_object = tt_wrap(&indices);
+    if (!index_object) {
+        tb_tensor_release(&values);
+        return NULL;
+    }
+    int d = 0;
+    if (tt_data(args[0])->ndim)
+        (void)tb_normalize_dim(dim, tt_data(args[0])->ndim, &d);
+    PyObject *inputs[1] = {args[0]};
+    PyObject *value_object = wrap_with_node(TB_OK, &values, TT_NODE_GATHER, "SortBackward0", 1, inputs, index_object, d,
+                                            0, 1.0);
+    if (!value_object) {
+        Py_DECREF(index_object);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", value_object, index_object);
+}
+
 static PyMethodDef index_functions[] = {
+    {"_tt_sort", (PyCFunction)(void (*)(void))py_sort, METH_FASTCALL, NULL},
     {"_tt_nonzero", py_nonzero, METH_O, NULL},
     {"_tt_index_select", (PyCFunction)(void (*)(void))py_index_select, METH_FASTCALL, NULL},
     {"_tt_gather", (PyCFunction)(void (*)(void))py_gather, METH_FASTCALL, NULL},
