@@ -204,6 +204,26 @@ def _setitem_advanced(self: Tensor, index: Any, value: Any) -> None:
         self.copy_(updated.reshape(list(self.shape)))
 
 
+def _setitem_autograd(self: Tensor, index: Any, value: Any) -> None:
+    """x[index] = value inside an autograd graph: the new contents are computed out of place by a scatter
+    (gradient: zero at the assigned positions for x, the gathered gradient for value), written into x,
+    and x takes the scatter's history. Errors PyTorch raises for saved tensors of x still apply."""
+    with _no_grad():
+        positions = _getitem_any(_C._tt_arange(0.0, 1.0, self.numel(), _types.int64).reshape(list(self.shape)), index)
+    flat_positions = positions.reshape(-1).contiguous()
+    if not isinstance(value, Tensor):
+        value = _C._tt_full((), value, self.dtype)
+    source = value.to(self.dtype).expand(*positions.shape).reshape(-1)
+    updated = _C._tt_scatter(self.reshape(-1), 0, flat_positions, source, 0).reshape(list(self.shape))
+    with _no_grad():
+        self.copy_(updated)
+    _C._tt_adopt_history(self, updated)
+
+
+def _getitem_any(t: Tensor, index: Any) -> Tensor:
+    return t[index]
+
+
 def _no_grad():
     from .autograd import no_grad
     return no_grad()
@@ -329,7 +349,7 @@ def install() -> None:
                  "scatter_reduce", "index_add", "topk", "sort", "argsort", "unique"):
         setattr(tt, name, globals()[name])
         setattr(F, name, globals()[name])
-    _C._tt_set_index_hooks(_getitem_advanced, _setitem_advanced)
+    _C._tt_set_index_hooks(_getitem_advanced, _setitem_advanced, _setitem_autograd)
     _install_composites()
 
     methods = {

@@ -358,7 +358,26 @@ PyObject *tt_getitem(PyObject *self, PyObject *index) {
     return PyObject_CallFunctionObjArgs(advanced_getitem, self, index, NULL);
 }
 
+static PyObject *autograd_setitem; /* turbo_torch._methods._setitem_autograd */
+
 int tt_setitem(PyObject *self, PyObject *index, PyObject *value) {
+    /* an assignment that autograd must see (self in a graph, or a value that requires grad) is done
+     * out of place by a scatter, whose node becomes self's grad_fn (PyTorch's CopySlices) */
+    int value_grad = tt_check(value) && tt_requires_grad(value);
+    if (tt_grad_enabled && !tt_inference_mode && (tt_requires_grad(self) || value_grad)) {
+        tt_tensor *t = (tt_tensor *)self;
+        if (t->requires_grad && !t->grad_fn) {
+            PyErr_SetString(PyExc_RuntimeError, "a leaf Variable that requires grad is being used in an in-place operation.");
+            return -1;
+        }
+        if (!autograd_setitem) {
+            PyErr_SetString(PyExc_NotImplementedError, "turbo_torch: assignment inside an autograd graph needs turbo_torch");
+            return -1;
+        }
+        PyObject *r = PyObject_CallFunctionObjArgs(autograd_setitem, self, index, value, NULL);
+        Py_XDECREF(r);
+        return r ? 0 : -1;
+    }
     int basic = is_basic_index(index);
     if (!basic && PyTuple_Check(index)) {
         basic = 1;
@@ -373,16 +392,6 @@ int tt_setitem(PyObject *self, PyObject *index, PyObject *value) {
         PyObject *r = PyObject_CallFunctionObjArgs(advanced_setitem, self, index, value, NULL);
         Py_XDECREF(r);
         return r ? 0 : -1;
-    }
-    if (tt_grad_enabled && tt_requires_grad(self)) {
-        if (!((tt_tensor *)self)->grad_fn) {
-            PyErr_SetString(PyExc_RuntimeError, "a leaf Variable that requires grad is being used in an in-place operation.");
-            return -1;
-        }
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "turbo_torch: assigning into a tensor that is part of an autograd graph is not supported yet "
-                        "(use torch.where or torch.cat to build the value instead)");
-        return -1;
     }
     int grad = tt_grad_enabled;
     tt_grad_enabled = 0;
@@ -413,10 +422,20 @@ int tt_setitem(PyObject *self, PyObject *index, PyObject *value) {
 }
 
 static PyObject *py_set_index_hooks(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "_tt_set_index_hooks(getitem, setitem)"), NULL;
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "_tt_set_index_hooks(getitem, setitem, autograd_setitem)"), NULL;
     Py_XSETREF(advanced_getitem, Py_NewRef(args[0]));
     Py_XSETREF(advanced_setitem, Py_NewRef(args[1]));
+    Py_XSETREF(autograd_setitem, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* _tt_adopt_history(dst, src): dst (whose data now equals src's) takes src's grad_fn */
+static PyObject *py_adopt_history(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !tt_check(args[0]) || !tt_check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "_tt_adopt_history(dst, src)"), NULL;
+    tt_tensor *dst = (tt_tensor *)args[0], *src = (tt_tensor *)args[1];
+    Py_XSETREF(dst->grad_fn, Py_XNewRef(src->grad_fn));
     Py_RETURN_NONE;
 }
 
@@ -594,6 +613,7 @@ static PyMethodDef shape_functions[] = {
     {"_tt_cat", (PyCFunction)(void (*)(void))py_cat, METH_FASTCALL, NULL},
     {"_tt_where", (PyCFunction)(void (*)(void))py_where, METH_FASTCALL, NULL},
     {"_tt_set_index_hooks", (PyCFunction)(void (*)(void))py_set_index_hooks, METH_FASTCALL, NULL},
+    {"_tt_adopt_history", (PyCFunction)(void (*)(void))py_adopt_history, METH_FASTCALL, NULL},
     {NULL},
 };
 

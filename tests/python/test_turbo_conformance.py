@@ -628,3 +628,35 @@ def test_remaining_binary(name):
                                 lambda m, x: m.nan_to_num(x[0], nan=1.0, posinf=2.0, neginf=-2.0)])
 def test_clamp_and_nan_to_num_special(fn):  # ops: "clamp", "nan_to_num"
     check_op(fn, None, "float32", grad=False, inputs=[SPECIAL])
+
+
+def _assign(m, x, index, value_fn):
+    y = x[0] * 2
+    y[index] = value_fn(m, x)
+    return y * x[1]
+
+
+SETITEM_GRAD = [
+    lambda m, x: _assign(m, x, 0, lambda m, x: 5.0),
+    lambda m, x: _assign(m, x, (slice(None), 1), lambda m, x: x[1][:, 2] * 3),
+    lambda m, x: _assign(m, x, (slice(1, 3),), lambda m, x: x[1][0]),
+    lambda m, x: _assign(m, x, x[0] > 0, lambda m, x: 0.5),
+    lambda m, x: _assign(m, x, m.tensor([0, 2]), lambda m, x: x[1][1:3].exp()),
+]
+
+
+@pytest.mark.parametrize("index", range(len(SETITEM_GRAD)))
+def test_setitem_inside_autograd(index):
+    check_op(SETITEM_GRAD[index], [(3, 4), (3, 4)], "float64")
+
+
+def test_setitem_value_requires_grad_into_plain_tensor():
+    def fn(m, x):
+        buffer = m.zeros(3, 4, dtype=m.float64)
+        buffer[1] = x[0][0]
+        return buffer * 2
+    check_op(fn, [(3, 4)], "float64")
+
+
+def test_setitem_on_leaf_requiring_grad_is_refused():
+    check_op(lambda m, x: x[0].__setitem__(0, 1.0), [(3,)], "float64")
