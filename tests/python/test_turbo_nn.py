@@ -312,3 +312,39 @@ def test_seed_example_trains():
             for p in model.parameters():
                 p -= 0.05 * p.grad
     assert loss.item() < first
+
+
+CONV_MODULES = [
+    ("Conv2d", lambda m: m.Conv2d(3, 4, 3), (2, 3, 7, 6)),
+    ("Conv2d stride pad", lambda m: m.Conv2d(3, 6, 3, stride=2, padding=1, bias=False), (2, 3, 9, 8)),
+    ("Conv2d groups dilation", lambda m: m.Conv2d(4, 4, 3, padding=2, dilation=2, groups=2), (1, 4, 8, 8)),
+    ("Conv2d same", lambda m: m.Conv2d(3, 2, 3, padding="same"), (2, 3, 5, 5)),
+    ("Conv1d", lambda m: m.Conv1d(3, 5, 3, padding=1), (2, 3, 10)),
+    ("MaxPool2d", lambda m: m.MaxPool2d(2), (2, 3, 8, 8)),
+    ("MaxPool2d 3/2 pad", lambda m: m.MaxPool2d(3, 2, 1), (1, 2, 9, 7)),
+    ("MaxPool1d", lambda m: m.MaxPool1d(2), (2, 3, 8)),
+    ("AvgPool2d", lambda m: m.AvgPool2d(2), (2, 3, 8, 8)),
+    ("AdaptiveAvgPool2d", lambda m: m.AdaptiveAvgPool2d((1, 1)), (2, 3, 7, 5)),
+    ("AdaptiveAvgPool2d 3", lambda m: m.AdaptiveAvgPool2d(3), (2, 3, 7, 5)),
+    ("small CNN", lambda m: m.Sequential(m.Conv2d(1, 4, 3, padding=1), m.BatchNorm2d(4), m.ReLU(), m.MaxPool2d(2),
+                                         m.Flatten(), m.Linear(4 * 4 * 4, 3)), (2, 1, 8, 8)),
+]
+
+
+@pytest.mark.parametrize("name,build,shape", CONV_MODULES, ids=[c[0] for c in CONV_MODULES])
+def test_conv_and_pool_match_torch(name, build, shape):
+    torch.manual_seed(0)
+    ref = build(torch.nn)
+    ours = build(tnn)
+    copy_state(ref, ours)
+    x = torch.randn(*shape, requires_grad=True)
+    xo = to_tt(x.detach()).requires_grad_(True)
+    y, yo = ref(x), ours(xo)
+    close(y, yo, rtol=1e-4, atol=1e-4, what="output")
+    g = torch.randn(*y.shape)
+    y.backward(g)
+    yo.backward(to_tt(g))
+    close(x.grad, xo.grad, rtol=1e-4, atol=1e-4, what="input grad")
+    for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
+        close(p.grad, po.grad, rtol=1e-4, atol=1e-4, what=f"grad of {k}")
+    assert repr(ours) == repr(ref)

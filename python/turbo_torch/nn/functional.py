@@ -369,3 +369,86 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
     zero = torch.zeros_like(cos)
     loss = torch.where(target == 1, 1 - cos, torch.maximum(zero, cos - margin))
     return _reduce(loss, reduction)
+
+
+# ---- convolution and pooling (float32 C kernels with autograd) ------------------------------------
+
+from torchburn import _C as _TC  # noqa: E402
+
+_NN_MAX_POOL2D, _NN_AVG_POOL2D, _NN_ADAPTIVE_AVG_POOL2D = 1, 2, 3
+
+
+def _pair(v: Any) -> tuple:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _same_padding(kernel: tuple, dilation: tuple) -> tuple:
+    totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+    if any(t % 2 for t in totals):
+        raise NotImplementedError("turbo_torch: padding='same' with an even effective kernel is not supported yet")
+    return tuple(t // 2 for t in totals)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Tensor:
+    dilation = _pair(dilation)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0, 0)
+        elif padding == "same":
+            if _pair(stride) != (1, 1):
+                raise RuntimeError("padding='same' is not supported for strided convolutions")
+            padding = _same_padding(tuple(weight.shape[2:]), dilation)
+        else:
+            raise RuntimeError(f"Invalid padding string '{padding}'")
+    batched = input.ndim == 4
+    x = input if batched else input.unsqueeze(0)
+    out = _TC._tt_conv2d(x, weight, bias, _pair(stride), _pair(padding), dilation, groups)
+    return out if batched else out.squeeze(0)
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Tensor:
+    def one(v: Any) -> int:
+        return v if isinstance(v, int) else v[0]
+    if isinstance(padding, str):
+        pad2: Any = padding
+    else:
+        pad2 = (0, one(padding))
+    batched = input.ndim == 3
+    x = (input if batched else input.unsqueeze(0)).unsqueeze(2)
+    out = conv2d(x, weight.unsqueeze(2), bias, (1, one(stride)), pad2, (1, one(dilation)), groups).squeeze(2)
+    return out if batched else out.squeeze(0)
+
+
+def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    stride = kernel_size if stride is None or stride == [] else stride
+    values, indices = _TC._tt_pool2d(_NN_MAX_POOL2D, input, _pair(kernel_size), _pair(stride), _pair(padding),
+                                      _pair(dilation), ceil_mode, True, None)
+    return (values, indices) if return_indices else values
+
+
+def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    def one(v: Any) -> int:
+        return v if isinstance(v, int) else v[0]
+    stride = kernel_size if stride is None else stride
+    result = max_pool2d(input.unsqueeze(-2), (1, one(kernel_size)), (1, one(stride)), (0, one(padding)),
+                        (1, one(dilation)), ceil_mode, return_indices)
+    if return_indices:
+        return result[0].squeeze(-2), result[1].squeeze(-2)
+    return result.squeeze(-2)
+
+
+def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: Optional[int] = None) -> Tensor:
+    stride = kernel_size if stride is None or stride == [] else stride
+    return _TC._tt_pool2d(_NN_AVG_POOL2D, input, _pair(kernel_size), _pair(stride), _pair(padding), (1, 1),
+                          ceil_mode, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:
+    size = _pair(output_size)
+    size = tuple(input.shape[-2 + i] if s is None else s for i, s in enumerate(size))
+    return _TC._tt_pool2d(_NN_ADAPTIVE_AVG_POOL2D, input, size, 1, 0, 1, False, True, None)
