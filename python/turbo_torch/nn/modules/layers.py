@@ -655,7 +655,7 @@ class _ConvNd(Module):
     def extra_repr(self) -> str:
         text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
         if self.padding != (0,) * len(self.kernel_size):
-            text += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
+            text += f", padding={self.padding}"
         if self.dilation != (1,) * len(self.kernel_size):
             text += f", dilation={self.dilation}"
         if self.groups != 1:
