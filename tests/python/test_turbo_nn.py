@@ -348,3 +348,68 @@ def test_conv_and_pool_match_torch(name, build, shape):
     for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
         close(p.grad, po.grad, rtol=1e-4, atol=1e-4, what=f"grad of {k}")
     assert repr(ours) == repr(ref)
+
+
+SEQUENCE_MODULES = [
+    ("MultiheadAttention", lambda m: m.MultiheadAttention(8, 2), "mha", False),
+    ("MultiheadAttention batch_first", lambda m: m.MultiheadAttention(8, 4, batch_first=True), "mha", True),
+    ("TransformerEncoderLayer", lambda m: m.TransformerEncoderLayer(8, 2, 16, dropout=0.0), "seq", False),
+    ("TransformerEncoderLayer norm_first gelu", lambda m: m.TransformerEncoderLayer(
+        8, 2, 16, dropout=0.0, activation="gelu", norm_first=True, batch_first=True), "seq", True),
+    ("TransformerEncoder 2 layers", lambda m: m.TransformerEncoder(m.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 2,
+                                                                    enable_nested_tensor=False), "seq", False),
+    ("TransformerDecoderLayer", lambda m: m.TransformerDecoderLayer(8, 2, 16, dropout=0.0), "dec", False),
+    ("LSTM", lambda m: m.LSTM(5, 6), "rnn", False),
+    ("LSTM 2 layers bidirectional batch_first", lambda m: m.LSTM(5, 6, num_layers=2, bidirectional=True,
+                                                                  batch_first=True), "rnn", True),
+    ("GRU", lambda m: m.GRU(5, 6, num_layers=2), "rnn", False),
+    ("RNN relu", lambda m: m.RNN(5, 6, nonlinearity="relu", bidirectional=True), "rnn", False),
+    ("LSTMCell", lambda m: m.LSTMCell(5, 6), "cell", False),
+    ("GRUCell", lambda m: m.GRUCell(5, 6), "cell", False),
+]
+
+
+def _flatten_outputs(y):
+    if isinstance(y, (tuple, list)):
+        return [t for v in y for t in _flatten_outputs(v)]
+    return [] if y is None else [y]
+
+
+@pytest.mark.parametrize("name,build,kind,batch_first", SEQUENCE_MODULES, ids=[s[0] for s in SEQUENCE_MODULES])
+def test_sequence_modules_match_torch(name, build, kind, batch_first):
+    torch.manual_seed(0)
+    ref = build(torch.nn).double().eval()
+    ours = build(tnn).double().eval()
+    copy_state(ref, ours)
+    assert list(ours.state_dict()) == list(ref.state_dict())
+    shape = (3, 4, 8) if kind in ("mha", "seq", "dec") else (3, 4, 5) if kind == "rnn" else (4, 5)
+    if batch_first:
+        shape = (shape[1], shape[0], shape[2])
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    xo = to_tt(x.detach()).requires_grad_(True)
+    if kind == "mha":
+        mask = torch.tensor([[False, False, True]] * 4) if not batch_first else torch.tensor([[False, True, False]] * 3)
+        key_len = shape[1] if batch_first else shape[0]
+        kp = torch.zeros(shape[1] if not batch_first else shape[0], key_len, dtype=torch.bool)
+        kp[0, -1] = True
+        y = ref(x, x, x, key_padding_mask=kp)
+        yo = ours(xo, xo, xo, key_padding_mask=to_tt(kp))
+        del mask
+    elif kind == "dec":
+        memory = torch.randn(5, 4, 8, dtype=torch.float64)
+        y = ref(x, memory)
+        yo = ours(xo, to_tt(memory))
+    else:
+        y = ref(x)
+        yo = ours(xo)
+    outs_t, outs_o = _flatten_outputs(y), _flatten_outputs(yo)
+    assert len(outs_t) == len(outs_o)
+    for a, b in zip(outs_t, outs_o):
+        close(a, b, rtol=1e-6, atol=1e-6, what="output")
+    seeds = [torch.randn(*a.shape, dtype=torch.float64) for a in outs_t]
+    torch.autograd.backward(outs_t, seeds)
+    tt.autograd.backward(outs_o, [to_tt(s) for s in seeds])
+    close(x.grad, xo.grad, rtol=1e-6, atol=1e-6, what="input grad")
+    for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
+        close(p.grad, po.grad, rtol=1e-6, atol=1e-6, what=f"grad of {k}")
+    assert repr(ours) == repr(ref)
