@@ -115,6 +115,21 @@ class ModuleList(Module):
         for i, m in enumerate(items):
             self._modules[str(i)] = m
 
+    def __repr__(self) -> str:
+        """Runs of identical modules print once, as '(0-1): 2 x Layer(...)' (torch's compact form)."""
+        from .module import _addindent
+        reprs = [repr(m) for m in self._modules.values()]
+        if not reprs:
+            return self._get_name() + "()"
+        lines, start = [], 0
+        for i in range(1, len(reprs) + 1):
+            if i == len(reprs) or reprs[i] != reprs[start]:
+                text = _addindent(reprs[start], 2)
+                label = f"({start})" if i - start == 1 else f"({start}-{i - 1}): {i - start} x"
+                lines.append(f"{label}: {text}" if i - start == 1 else f"{label} {text}")
+                start = i
+        return self._get_name() + "(\n  " + "\n  ".join(lines) + "\n)"
+
 
 class ModuleDict(Module):
     def __init__(self, modules: Any = None) -> None:

@@ -349,9 +349,6 @@ class RNN(RNNBase):
         pre = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
         return torch.tanh(pre) if self.nonlinearity == "tanh" else torch.relu(pre)
 
-    def extra_repr(self) -> str:
-        text = super().extra_repr()
-        return text + (", nonlinearity='relu'" if self.nonlinearity == "relu" else "")
 
 
 class GRU(RNNBase):
