@@ -2,9 +2,33 @@
  * backend runs) with autograd nodes whose backward calls their backward kernels. */
 #include "eager.h"
 
+#include "torchburn/ops.h"
 #include "torchburn/ops_nn.h"
 
-enum { NN_CONV2D, NN_MAX_POOL2D, NN_AVG_POOL2D, NN_ADAPTIVE_AVG_POOL2D };
+/* linear backward: x [..., K], w [N, K], g [..., N] -> gx = g w, gw = g2^T x2, gb = column sums of g2 */
+static tb_status linear_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
+    const tb_tensor *x = &node->saved[0].tensor, *w = &node->saved[1].tensor;
+    int64_t n = w->shape[0], k = w->shape[1];
+    if (node->edges[0])
+        TB_TRY(tb_eager_matmul(g, w, &grads[0]));
+    tb_tensor g2 = {0}, x2 = {0}, gt = {0};
+    tb_status status = tb_tensor_reshape(g, 2, (int64_t[]){-1, n}, &g2);
+    if (status == TB_OK && node->edges[1]) {
+        status = tb_tensor_reshape(x, 2, (int64_t[]){-1, k}, &x2);
+        if (status == TB_OK)
+            status = tb_tensor_transpose(&g2, 0, 1, &gt);
+        if (status == TB_OK)
+            status = tb_eager_matmul(&gt, &x2, &grads[1]);
+    }
+    if (status == TB_OK && node->n_edges > 2 && node->edges[2])
+        status = tb_eager_reduce(TB_EAGER_REDUCE_SUM, &g2, 1u, false, g->dtype, &grads[2]);
+    tb_tensor_release(&g2);
+    tb_tensor_release(&x2);
+    tb_tensor_release(&gt);
+    return status;
+}
+
+enum { NN_CONV2D, NN_MAX_POOL2D, NN_AVG_POOL2D, NN_ADAPTIVE_AVG_POOL2D, NN_LINEAR };
 
 static int int_pair(PyObject *o, int64_t out[2], const char *what) {
     if (PyLong_Check(o)) {
@@ -53,6 +77,7 @@ tb_status tt_nn_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
         return tb_op_avg_pool2d_backward(g, x, &p, &grads[0]);
     }
     case NN_ADAPTIVE_AVG_POOL2D: return tb_op_adaptive_avg_pool2d_backward(g, x, &grads[0]);
+    case NN_LINEAR: return linear_backward(node, g, grads);
     default: return tb_error_set(TB_ERR_UNSUPPORTED, "unknown nn node");
     }
 }
@@ -165,7 +190,40 @@ static PyObject *py_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* _tt_linear(x, weight, bias_or_None): float32 through the fused GEMM + bias epilogue; None for other
+ * dtypes (the caller composes matmul + add) */
+static PyObject *py_linear(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !tt_check(args[0]) || !tt_check(args[1]) || (args[2] != Py_None && !tt_check(args[2])))
+        return PyErr_Format(PyExc_TypeError, "_tt_linear(x, weight, bias)"), NULL;
+    const tb_tensor *x = tt_data(args[0]), *w = tt_data(args[1]);
+    const tb_tensor *b = args[2] == Py_None ? NULL : tt_data(args[2]);
+    if (x->dtype != TB_F32 || w->dtype != TB_F32 || (b && b->dtype != TB_F32) || w->ndim != 2 || x->ndim < 1)
+        Py_RETURN_NONE;
+    tb_tensor out;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_op_linear(x, w, b, 0, NULL, &out);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK)
+        return tt_raise(status);
+    PyObject *result = tt_wrap(&out);
+    PyObject *inputs[3] = {args[0], args[1], b ? args[2] : NULL};
+    int n = b ? 3 : 2;
+    if (result && tt_needs_grad(n, inputs)) {
+        tt_node *node = tt_node_new(TT_NODE_NN, NN_LINEAR, b ? "AddmmBackward0" : "MmBackward0", n, inputs);
+        if (!node) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        tt_node_save(node, 0, x);
+        tt_node_save(node, 1, w);
+        tt_set_grad_fn(result, node);
+    }
+    return result;
+}
+
 static PyMethodDef nn_functions[] = {
+    {"_tt_linear", (PyCFunction)(void (*)(void))py_linear, METH_FASTCALL, NULL},
     {"_tt_conv2d", (PyCFunction)(void (*)(void))py_conv2d, METH_FASTCALL, NULL},
     {"_tt_pool2d", (PyCFunction)(void (*)(void))py_pool2d, METH_FASTCALL, NULL},
     {NULL},

@@ -6,6 +6,7 @@ import math
 from typing import Any, Optional, Sequence
 
 import turbo_torch as torch
+from torchburn import _C as _TC
 from turbo_torch import _functions as _F
 
 Tensor = torch.Tensor
@@ -95,6 +96,9 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 # ---- layers --------------------------------------------------------------------------------------
 
 def linear(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    fused = _TC._tt_linear(input, weight, bias)  # float32: one GEMM with the bias in its epilogue
+    if fused is not None:
+        return fused
     out = input @ weight.t() if weight.ndim == 2 else input @ weight
     return out if bias is None else out + bias
 
