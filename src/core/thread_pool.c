@@ -74,14 +74,21 @@ static void run_chunks(pool *p, uint32_t tag, int thread_index) {
         uint32_t index = (uint32_t)word;
         if ((uint32_t)(word >> 32) != tag || index == TB_CLAIM_CLOSED)
             break;
-        if (!atomic_compare_exchange_weak_explicit(&p->claim, &word, word + 1, memory_order_acquire,
+        /* The job's fields are read before the claim: a successful claim on this tag proves they belong to
+         * this job. Read after it, a claim past the end could see the next job's chunk_count (published once
+         * this job finished) and run that job's chunk `index` a second time, possibly after its caller
+         * returned. */
+        const int64_t chunk_count = p->chunk_count, chunk_size = p->chunk_size, count = p->count;
+        const tb_parallel_fn fn = p->fn;
+        void *const context = p->context;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &word, word + 1, memory_order_seq_cst,
                                                    memory_order_relaxed))
             continue;
-        if ((int64_t)index >= p->chunk_count)
+        if ((int64_t)index >= chunk_count)
             break; /* over-claimed past the end: harmless, the job's chunks are all taken */
-        int64_t begin = (int64_t)index * p->chunk_size;
-        int64_t end = begin + p->chunk_size < p->count ? begin + p->chunk_size : p->count;
-        p->fn(p->context, begin, end, thread_index);
+        int64_t begin = (int64_t)index * chunk_size;
+        int64_t end = begin + chunk_size < count ? begin + chunk_size : count;
+        fn(context, begin, end, thread_index);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
     in_parallel_region = previous_region;
