@@ -1,4 +1,4 @@
-"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile} [options]."""
+"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile,serve} [options]."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ SUITES = {
     "quant": ("torchburn.bench_quant", "run_quant_benchmark"),
     "tokenizer": ("torchburn.bench_tokenizer", "run_tokenizer_benchmark"),
     "compile": ("torchburn.bench.compile", "main"),
+    "serve": ("torchburn.bench.serve", "main"),
 }
 
 
