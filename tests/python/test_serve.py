@@ -409,3 +409,33 @@ def test_haproxy_two_replicas(model_dir, llm):
         for process in ([balancer] if balancer else []) + replicas:
             process.kill()
             process.wait(10)
+
+
+def test_engine_refuses_bad_options_and_requests(llm):
+    from torchburn import _C
+
+    with pytest.raises(ValueError, match="slots"):
+        _C._LLMBatch(llm._model, 0, 64)
+    with pytest.raises(ValueError, match="prefill_chunk"):
+        _C._LLMBatch(llm._model, 2, 64, 20)
+    engine = _C._LLMBatch(llm._model, 2, 64)
+    try:
+        with pytest.raises(ValueError, match="ctx_size"):
+            engine.submit(list(range(65)), 4)
+        with pytest.raises(ValueError, match="vocabulary"):
+            engine.submit([1, 400], 4)
+        with pytest.raises(ValueError, match="max_tokens"):
+            engine.submit([1, 2], 0)
+        with pytest.raises(ValueError, match="temperature"):
+            engine.submit([1, 2], 4, temperature=float("nan"))
+        request = engine.submit([1, 2, 3], 4, stop_ids=[])
+        events = []
+        while not events or events[-1][2] is None:
+            engine.wait(5.0)
+            events += engine.poll()
+        assert [e[0] for e in events] == [request] * 4 and events[-1][2] == "length"
+        assert events[-1][5] == {"prompt_tokens": 3, "reused_tokens": 0, "generated_tokens": 4}
+    finally:
+        engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.submit([1], 1)
