@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (fuzz/fuzz_*.c) with clang + ASan + UBSan in build-fuzz, replays each
 # harness's committed seed corpus (fuzz/corpus/<harness>/), then fuzzes each harness for SECONDS
-# (default 60; 0 only replays the corpus). New inputs go to build-fuzz/corpus/<harness>/, not to the
-# committed corpus; crashes to build-fuzz/artifacts/. Exits non-zero on the first finding.
-#   usage: tools/fuzz.sh [SECONDS]       env: TB_FUZZ_JOBS (build jobs, default 2), CC (default clang)
+# (default 60; 0 only replays the corpus). New inputs go to build-fuzz/corpus/<harness>/ (kept between
+# runs, so each run starts from what the last one found); crashes to build-fuzz/artifacts/. A failure
+# prints the sanitizer's report. Exits non-zero on the first finding.
+#   usage: tools/fuzz.sh [SECONDS]
+#   env: TB_FUZZ_JOBS (build jobs, default 2), CC (default clang), TB_FUZZ_MERGE=1 (after fuzzing, merge
+#        the inputs that add coverage into the committed corpus fuzz/corpus/<harness>/, for review and commit)
 set -euo pipefail
 
 seconds="${1:-60}"
@@ -38,9 +41,19 @@ for harness in "${harnesses[@]}"; do
     dict="$root/fuzz/${harness#fuzz_}.dict"
     [[ -f "$dict" ]] && dict_option=(-dict="$dict")
 
-    echo "== $harness: replaying $(find "$seeds" -type f | wc -l) seed inputs"
-    if compgen -G "$seeds/*" >/dev/null; then
-        "$build/$harness" "$seeds"/* 2>&1 | grep -E "^Executed" | tail -n 1
+    echo "== $harness: replaying $(find "$seeds" -type f | wc -l) seed and $(find "$work" -type f | wc -l) grown inputs"
+    if compgen -G "$seeds/*" >/dev/null || compgen -G "$work/*" >/dev/null; then
+        log="$build/$harness.replay.log"
+        set +e
+        find "$seeds" "$work" -type f -print0 | xargs -0 "$build/$harness" -timeout=10 >"$log" 2>&1
+        status=$?
+        set -e
+        grep -E "^Executed" "$log" | tail -n 1 || true
+        if [[ $status -ne 0 ]]; then
+            tail -n 80 "$log" >&2 # the sanitizer's report and the input that triggered it
+            echo "fuzz.sh: $harness failed while replaying its corpus (exit $status); log: $log" >&2
+            exit 1
+        fi
     fi
 
     if [[ "$seconds" -le 0 ]]; then
@@ -56,9 +69,13 @@ for harness in "${harnesses[@]}"; do
     set -e
     grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|DONE" "$log" || true
     if [[ $status -ne 0 ]]; then
-        tail -n 60 "$log" >&2
+        tail -n 80 "$log" >&2
         echo "fuzz.sh: $harness found a problem (exit $status); inputs in $build/artifacts/" >&2
         exit 1
+    fi
+    if [[ "${TB_FUZZ_MERGE:-0}" == "1" ]]; then
+        "$build/$harness" -merge=1 -timeout=10 "$seeds" "$work" >"$build/$harness.merge.log" 2>&1
+        echo "== $harness: committed corpus now $(find "$seeds" -type f | wc -l) inputs (git status fuzz/corpus)"
     fi
 done
 echo "fuzz.sh: all harnesses replayed their corpus and ran ${seconds}s without findings"

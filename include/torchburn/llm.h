@@ -39,10 +39,11 @@ typedef void (*tb_llm_progress_fn)(void *context, int64_t done, int64_t total);
 typedef struct tb_llm_load_options {
     tb_llm_quant quant;
     int64_t group_size; /* int4 group along K: 32, 64, 128 or 256; 0 means 64 */
-    /* Quantized-weight cache (int8/int4 only; NULL = none): a safetensors file. When it exists and its
-     * metadata matches (format version, cache_key, quant, group size, shapes) its tensors are used in
-     * place (mmapped, no copy); otherwise the weights are quantized from the checkpoint and the file is
-     * (re)written. A failed write is not an error: see tb_llm_model_info.cache_state. */
+    /* Quantized-weight cache (int8/int4 only; NULL = none): a safetensors file. When it exists, its
+     * metadata matches (format version, cache_key, quant, group size, shapes) and every tensor matches its
+     * BLAKE3 digest, its tensors are copied into the model; otherwise the weights are quantized from the
+     * checkpoint and the file is (re)written. Damage and a failed write are not errors: see
+     * tb_llm_model_info.cache_state and cache_message. */
     const char *cache_path;
     const char *cache_key; /* any string identifying the source files and settings; NULL = "" */
     /* int4/int8 weights multiply activations quantized to int8 in blocks of 32 along K (scale max|x|/127
@@ -71,7 +72,8 @@ typedef enum tb_llm_cache_state {
     TB_LLM_CACHE_UNUSED = 0, /* no cache path, or quant none */
     TB_LLM_CACHE_HIT,        /* weights mapped from the cache file */
     TB_LLM_CACHE_WRITTEN,    /* quantized from the checkpoint and saved */
-    TB_LLM_CACHE_WRITE_FAILED /* quantized, but saving failed (cache_message says why) */
+    TB_LLM_CACHE_WRITE_FAILED, /* quantized, but saving failed (cache_message says why) */
+    TB_LLM_CACHE_REBUILT       /* the file was damaged (cache_message says how): quantized again and saved */
 } tb_llm_cache_state;
 
 typedef struct tb_llm_model_info {
@@ -173,6 +175,11 @@ typedef struct tb_llm_generate_desc {
     tb_llm_sampling sampling;
     const int32_t *stop_ids;
     int64_t stop_count;
+    /* true: the tokens (and logits) do not depend on what the session ran before. SIMD prefill (GEMM) and
+     * decode (GEMV) kernels round differently, so only whole prefill chunks (256 positions from position 0)
+     * computed as a fresh session would compute them are reused; the rest of the prompt runs again. false:
+     * the longest cached prefix is reused (faster for chat; results may differ in the last bits). */
+    bool reproducible;
 } tb_llm_generate_desc;
 
 /* Step-wise generation (one object per call; the session must not be used otherwise meanwhile). begin
@@ -186,6 +193,8 @@ TB_API TB_NODISCARD tb_status tb_llm_generation_begin(tb_llm_session *session, c
  * come). After a finish it returns TB_ERR_INVALID_ARGUMENT. */
 TB_API TB_NODISCARD tb_status tb_llm_generation_next(tb_llm_generation *generation, int32_t *token,
                                                      tb_llm_finish *finish);
+/* Logits [V] of the next position (what next() samples from); valid until next() or free. */
+TB_API const float *tb_llm_generation_logits(const tb_llm_generation *generation);
 /* Stats so far (prompt counts and timings). */
 TB_API void tb_llm_generation_stats(const tb_llm_generation *generation, tb_llm_stats *out);
 TB_API void tb_llm_generation_free(tb_llm_generation *generation);

@@ -31,6 +31,8 @@ typedef struct tb_storage {
     bool read_only;                /* writes through this storage are refused */
     tb_storage_release_fn release; /* NULL: data came from tb_alloc */
     void *release_context;
+    uint64_t version;              /* bumped by in-place writes: the eager layer's autograd version
+                                      counter, shared by every view of the storage */
 } tb_storage;
 
 typedef struct tb_tensor {

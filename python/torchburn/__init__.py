@@ -20,8 +20,27 @@ import importlib
 import os
 from typing import Any
 
-from . import _C
+import sys
+
+
+def _cli_import_error(error: ValueError) -> None:
+    """A bad TORCHBURN_* setting (e.g. TORCHBURN_ISA=bogus) under the command line tools ends with one
+    error line and exit status 2 instead of an import traceback; library imports still raise."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    is_cli = os.path.basename(argv[0] if argv else "").startswith("torchburn") or any(
+        a == "-m" and b.startswith("torchburn") for a, b in zip(argv, argv[1:]))
+    if is_cli and "TORCHBURN_" in str(error):
+        print(f"torchburn: error: {error}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+try:
+    from . import _C
+except ValueError as _error:
+    _cli_import_error(_error)
+    raise
 from ._C import Tensor, from_dlpack
+from .gpu import active_engine, gpu_available, gpu_backend, gpu_info
 
 __version__ = "0.1.0"
 
@@ -32,6 +51,7 @@ __all__ = [
     "active_engine",
     "gpu_available",
     "gpu_info",
+    "gpu_backend",
     "memory_stats",
     "set_num_threads",
     "get_num_threads",
@@ -47,29 +67,6 @@ def cpu_info() -> dict[str, Any]:
     ``physical_cores`` and ``num_threads``.
     """
     return _C.cpu_info()
-
-
-def active_engine() -> str:
-    """The execution engine in use: ``"native_cpu"`` (the only one so far).
-
-    ``TORCHBURN_ENGINE`` may name it explicitly; any other value is an error.
-    """
-    requested = os.environ.get("TORCHBURN_ENGINE", "native_cpu")
-    if requested not in ("native_cpu", ""):
-        raise ValueError(
-            f"TORCHBURN_ENGINE={requested!r} is not available; this build has only 'native_cpu'"
-        )
-    return "native_cpu"
-
-
-def gpu_available() -> bool:
-    """False: no GPU engine exists yet."""
-    return False
-
-
-def gpu_info() -> dict[str, Any]:
-    """A dict describing GPU support (none in this build)."""
-    return {"available": False, "reason": "torchburn has no GPU engine yet; everything runs on the CPU"}
 
 
 def memory_stats() -> dict[str, int]:
@@ -92,6 +89,11 @@ def get_num_threads() -> int:
 _LAZY = {
     "ops": ("torchburn.ops", None),
     "bench": ("torchburn.bench", None),
+    "quantization": ("torchburn.quantization", None),
+    "llm": ("torchburn.llm", None),
+    "backend": ("torchburn.backend", None),
+    "tokenizer": ("torchburn.tokenizer", None),
+    "files": ("torchburn.files", None),
 }
 
 
@@ -106,6 +108,7 @@ _register_lazy(
     [
         "quantize_weight_int8",
         "quantize_weight_int4_grouped",
+        "quantize_weight_int4",
         "dequantize_weight_int8",
         "dequantize_weight_int4_grouped",
         "w8a32_linear",
@@ -120,6 +123,15 @@ _register_lazy(
     "torchburn.backend", ["compile", "register", "cache_stats", "cache_clear", "set_cache_size", "explain", "Explanation"]
 )
 _register_lazy("torchburn.llm", ["LLM"])
+_register_lazy("torchburn.profiler", ["supported_ops", "profile", "profiling_stats", "reset_stats", "coverage_report",
+                                      "memory_pool_stats", "clear_memory_pool"])
+_register_lazy("torchburn.visualize", ["visualize", "GraphVisualization"])
+
+
+# `torch.compile(m, backend="torchburn")` finds the backend without a race (see _registration.py)
+from . import _registration  # noqa: E402
+
+_registration.install()
 
 
 def __getattr__(name: str) -> Any:

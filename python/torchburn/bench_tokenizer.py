@@ -93,6 +93,27 @@ def _machine_facts() -> str:
         return f"cpu: {platform.processor() or platform.machine()} | python {platform.python_version()}"
 
 
+def _added_tokens_load(counts: list[int], repeats: int, folder: str) -> None:
+    """Load time of a tokenizer.json with many added tokens (a vocabulary of 26 letters plus N added tokens,
+    a third of them special), torchburn vs tokenizers."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from torchburn.tokenizer import Tokenizer
+
+    print(f"{'added tokens':>12} {'torchburn load s':>17} {'tokenizers load s':>18} {'ratio':>7}")
+    for count in counts:
+        vocab = {chr(c): i for i, c in enumerate(range(ord("a"), ord("z") + 1))}
+        added = [{"id": 26 + i, "content": f"<tok{i}>", "single_word": False, "lstrip": False, "rstrip": False,
+                  "normalized": i % 3 != 0, "special": i % 3 == 0} for i in range(count)]
+        data = {"version": "1.0", "added_tokens": added, "normalizer": None, "pre_tokenizer": None,
+                "post_processor": None, "decoder": None, "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+        path = os.path.join(folder, f"added-{count}.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        ours = _median(lambda: Tokenizer.from_file(path), repeats)
+        theirs = _median(lambda: HFTokenizer.from_file(path), repeats)
+        print(f"{count:>12} {ours:>17.4f} {theirs:>18.4f} {theirs / ours:>6.2f}x")
+
+
 def run_tokenizer_benchmark(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchburn.bench tokenizer",
                                      description="Encode/decode throughput of torchburn vs HF tokenizers (one thread).")
@@ -102,6 +123,8 @@ def run_tokenizer_benchmark(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--megabytes", type=float, default=2.0, help="size of the default text (default 2)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="vocabulary of the trained tokenizers")
+    parser.add_argument("--added-tokens", type=int, nargs="*", metavar="N",
+                        help="instead: time loading tokenizers with N added tokens (default 10000 40000 100000)")
     args = parser.parse_args(argv)
 
     # one thread for the peer; must be set before tokenizers starts its thread pool
@@ -114,6 +137,11 @@ def run_tokenizer_benchmark(argv: Optional[list[str]] = None) -> int:
         return 2
     from torchburn.tokenizer import Tokenizer
 
+    if args.added_tokens is not None:
+        print(_machine_facts())
+        with tempfile.TemporaryDirectory() as folder:
+            _added_tokens_load(args.added_tokens or [10000, 40000, 100000], max(1, args.repeats), folder)
+        return 0
     if args.text:
         with open(args.text, encoding="utf-8") as fh:
             text = fh.read()

@@ -339,24 +339,48 @@ def argmin(x: Any, dim: Optional[int] = None, keepdim: bool = False) -> Any:
     return _wrap(_C.arg_reduce(False, x, dim, keepdim), x)
 
 
-def _correction(unbiased: Optional[bool], correction: Optional[float]) -> int:
+def _correction(unbiased: Optional[bool], correction: Optional[float]) -> float:
     if correction is not None:
         if unbiased is not None:
             raise ValueError("pass either unbiased or correction, not both")
-        return int(correction)
+        if isinstance(correction, bool) or not isinstance(correction, (int, float)) or math.isnan(correction):
+            raise ValueError(f"correction must be a number, got {correction!r}")
+        return correction
     return 1 if unbiased is None or unbiased else 0
+
+
+def _reduced_count(x: Any, dim: Dims) -> int:
+    shape = tuple(x.shape)
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        return math.prod(shape)
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return math.prod(shape[d] for d in dims) if all(-len(shape) <= d < len(shape) for d in dims) else 1
+
+
+def _var(x: Any, dim: Dims, unbiased: Optional[bool], keepdim: bool, correction: Optional[float], root: bool) -> Any:
+    c = _correction(unbiased, correction)
+    n = _reduced_count(x, dim)
+    if float(c).is_integer() and 0 <= c < n:  # the kernel's integer divisor N - c
+        return _wrap(_C.var(x, dim, int(c), keepdim, root), x)
+    # a fractional correction, or one >= N: torch divides the sum of squares by max(0, N - c), i.e.
+    # the population variance times N / max(0, N - c) (inf, or NaN for a zero sum, when N - c <= 0)
+    population = _wrap(_C.var(x, dim, 0, keepdim, False), x)
+    factor = n / (n - c) if n - c > 0 else math.inf
+    scaled = mul(population, factor)
+    return sqrt(scaled) if root else scaled
 
 
 def var(x: Any, dim: Dims = None, unbiased: Optional[bool] = None, keepdim: bool = False, *,
         correction: Optional[float] = None) -> Any:
-    """Variance over dims with Bessel's correction by default (``unbiased``/``correction`` as torch)."""
-    return _wrap(_C.var(x, dim, _correction(unbiased, correction), keepdim, False), x)
+    """Variance over dims with Bessel's correction by default (``unbiased``/``correction`` as torch,
+    fractional corrections and ``correction >= N`` included)."""
+    return _var(x, dim, unbiased, keepdim, correction, False)
 
 
 def std(x: Any, dim: Dims = None, unbiased: Optional[bool] = None, keepdim: bool = False, *,
         correction: Optional[float] = None) -> Any:
     """Standard deviation over dims (``unbiased``/``correction`` as torch)."""
-    return _wrap(_C.var(x, dim, _correction(unbiased, correction), keepdim, True), x)
+    return _var(x, dim, unbiased, keepdim, correction, True)
 
 
 # ---- nn ----------------------------------------------------------------------------------------
@@ -459,6 +483,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     """
     if dropout_p != 0.0:
         raise ValueError("scaled_dot_product_attention: dropout is not supported (inference only); pass dropout_p=0")
+    if scale is not None and not math.isfinite(scale):
+        raise ValueError(f"scaled_dot_product_attention: scale must be a finite number or None, got {scale}")
     return _wrap(_C.attention(query, key, value, attn_mask, bool(is_causal), scale, bool(enable_gqa)), query)
 
 

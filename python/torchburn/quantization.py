@@ -43,6 +43,7 @@ __all__ = [
     "GROUP_SIZES",
     "quantize_weight_int8",
     "quantize_weight_int4_grouped",
+    "quantize_weight_int4",
     "dequantize_weight_int8",
     "dequantize_weight_int4_grouped",
     "w8a32_linear",
@@ -170,6 +171,34 @@ def quantize_weight_int4_grouped(weight, group_size: int = 64) -> Tuple[Tensor, 
     scales = torch.empty((n, k // group_size), dtype=torch.float32)
     _C.quant_quantize(w, packed, scales, group_size)
     return packed, scales
+
+
+def quantize_weight_int4(w) -> Tuple[Tensor, Tensor]:
+    """Quantizes a ``[N, K]`` float weight to symmetric int4 per output channel (TorchBurn's name): one
+    scale per row, ``s = max|w| / 7``, ``q = clamp(round(w / s), -8, 7)`` (round half to even), packed
+    like the grouped format (``q + 8``, element ``2j`` in the low nibble of byte ``j``). ``K`` must be
+    even. The result equals :func:`quantize_weight_int4_grouped` with ``group_size = K``, with the
+    scales as ``[N]``.
+
+    >>> packed, scales = quantize_weight_int4(torch.tensor([[0.7, -1.4, 0.1, 0.0]]))
+    >>> packed.tolist(), round(scales.item() * 7, 6)
+    ([[28, 136]], 1.4)
+    """
+    w = _float_weight(w, "quantize_weight_int4")
+    n, k = w.shape
+    if k % 2 != 0:
+        raise ValueError(f"quantize_weight_int4: in_features K = {k} must be even (two int4 values per byte)")
+    if torch.isinf(w).any():
+        row, col = (int(i) for i in torch.nonzero(torch.isinf(w))[0])
+        raise ValueError(f"quantize_weight_int4: weight[{row}, {col}] is infinite; int4 cannot represent it")
+    scales = w.abs().amax(dim=1) / 7.0 if k else torch.zeros(n)
+    nan_rows = torch.isnan(w).any(dim=1)
+    scales = torch.where(nan_rows, torch.full_like(scales, float("nan")), scales)
+    safe = torch.where(scales > 0, scales, torch.ones_like(scales))[:, None]
+    q = torch.where(scales[:, None] > 0, torch.round(w / safe).clamp(-8, 7), torch.zeros_like(w))
+    q = torch.nan_to_num(q, nan=0.0).to(torch.int16) + 8
+    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8)
+    return packed.contiguous(), scales.contiguous()
 
 
 def dequantize_weight_int8(q, scales) -> Tensor:
@@ -482,14 +511,18 @@ def quantize_model(
     *,
     bits: Optional[int] = None,
     activations: str = "f32",
+    exclude_modules: Optional[Sequence[str]] = None,
+    backend: str = "cpu",
 ) -> nn.Module:
     """Replaces every ``nn.Linear`` in ``model`` (in place) by a :class:`QuantizedLinear` and returns it.
 
     ``quant_type`` is ``"int4"`` (the default) or ``"int8"``; ``bits=4`` / ``bits=8`` is accepted instead.
 
     ``exclude`` holds names or glob patterns matched against each layer's qualified name and its last
-    component (default: keep ``lm_head`` in float). For int4, a layer whose ``in_features`` is not a
-    multiple of ``group_size`` stays in float with a warning.
+    component (default: keep ``lm_head`` in float); ``exclude_modules`` is TorchBurn's name for it.
+    ``backend`` must be ``"cpu"`` (TorchBurn's argument; torchburn's quantized kernels are CPU ones).
+    For int4, a layer whose ``in_features`` is not a multiple of ``group_size`` stays in float with a
+    warning.
 
     >>> mlp = nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
     >>> _ = quantize_model(mlp, quant_type="int8")
@@ -501,6 +534,12 @@ def quantize_model(
     if quant_type is None and bits is None:
         quant_type = "int4"
     quant_type = _resolve_quant_type(quant_type, bits, "quantize_model")
+    if backend != "cpu":
+        raise ValueError(f"quantize_model: backend={backend!r} is not available; torchburn quantizes for 'cpu'")
+    if exclude_modules is not None:
+        if tuple(exclude) != ("lm_head",):
+            raise TypeError("quantize_model: pass exclude or exclude_modules, not both")
+        exclude = tuple(exclude_modules) if not isinstance(exclude_modules, str) else (exclude_modules,)
     if isinstance(exclude, str):
         exclude = (exclude,)
     if isinstance(model, nn.Linear):

@@ -85,7 +85,7 @@ class Tokenizer:
         directory = os.fspath(directory)
         if not os.path.isdir(directory):
             raise FileNotFoundError(f"tokenizer directory {directory!r} does not exist")
-        if not os.path.isfile(os.path.join(directory, "tokenizer.json")):
+        if not os.path.lexists(os.path.join(directory, "tokenizer.json")):
             raise FileNotFoundError(
                 f"{directory!r} has no tokenizer.json (only HF 'fast' tokenizer files are supported)"
             )

@@ -20,6 +20,7 @@ tb_status tb_storage_wrap(void *data, size_t nbytes, bool read_only, tb_storage_
     storage->read_only = read_only;
     storage->release = release;
     storage->release_context = release_context;
+    storage->version = 0;
     *out = storage;
     return TB_OK;
 }

@@ -1,8 +1,9 @@
 /* Persistent pthread pool behind tb_parallel_for.
  *
- * One job at a time. Chunks are claimed from `claim`, a 64-bit word holding (job tag << 32 | next
- * chunk index): a claim succeeds only for the current job's tag, so a worker that wakes late can never
- * take a chunk of a later job, and the caller waits only for chunks actually claimed (counted in
+ * One job at a time. Chunks are claimed from `claim`, a 64-bit word holding (job tag << 32 | chunk
+ * count << 16 | next chunk index): a claim succeeds only for the current job's tag and an index below its
+ * count, so a worker that wakes late can never take a chunk of a later job nor read a finished job's
+ * fields (ThreadSanitizer found the earlier over-claim that did), and the caller waits only for chunks actually claimed (counted in
  * `done`), not for every worker to check in — a descheduled worker costs nothing. The caller closes
  * the claim word while it writes a job's fields and opens it (release) afterwards; a worker reads the
  * fields only after a successful claim (acquire). Workers spin on `generation` for a short while
@@ -46,11 +47,11 @@ typedef struct pool {
     void *context;
     int64_t count, chunk_size, chunk_count;
     uint32_t tag;
-    _Atomic uint64_t claim;   /* tag << 32 | next chunk index (TB_CLAIM_CLOSED while writing) */
+    _Atomic uint64_t claim;   /* tag << 32 | chunk count << 16 | next chunk index (count 0 while writing) */
     atomic_int_fast64_t done; /* chunks finished */
 } pool;
 
-#define TB_CLAIM_CLOSED 0xffffffffu
+#define TB_CLAIM_MAX_CHUNKS 0xffffu /* chunk count and index are 16-bit fields of the claim word */
 
 typedef struct worker_start {
     pool *owner;
@@ -71,24 +72,17 @@ static void run_chunks(pool *p, uint32_t tag, int thread_index) {
     current_thread_index = thread_index;
     for (;;) {
         uint64_t word = atomic_load_explicit(&p->claim, memory_order_acquire);
-        uint32_t index = (uint32_t)word;
-        if ((uint32_t)(word >> 32) != tag || index == TB_CLAIM_CLOSED)
+        const uint32_t index = (uint32_t)word & 0xffffu, chunks = (uint32_t)(word >> 16) & 0xffffu;
+        /* the chunk count travels in the word itself: a worker never reads a job's fields unless it
+         * owns one of its chunks (which keeps the job, and so its fields, alive until it is done) */
+        if ((uint32_t)(word >> 32) != tag || index >= chunks)
             break;
-        /* The job's fields are read before the claim: a successful claim on this tag proves they belong to
-         * this job. Read after it, a claim past the end could see the next job's chunk_count (published once
-         * this job finished) and run that job's chunk `index` a second time, possibly after its caller
-         * returned. */
-        const int64_t chunk_count = p->chunk_count, chunk_size = p->chunk_size, count = p->count;
-        const tb_parallel_fn fn = p->fn;
-        void *const context = p->context;
-        if (!atomic_compare_exchange_weak_explicit(&p->claim, &word, word + 1, memory_order_seq_cst,
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &word, word + 1, memory_order_acquire,
                                                    memory_order_relaxed))
             continue;
-        if ((int64_t)index >= chunk_count)
-            break; /* over-claimed past the end: harmless, the job's chunks are all taken */
-        int64_t begin = (int64_t)index * chunk_size;
-        int64_t end = begin + chunk_size < count ? begin + chunk_size : count;
-        fn(context, begin, end, thread_index);
+        int64_t begin = (int64_t)index * p->chunk_size;
+        int64_t end = begin + p->chunk_size < p->count ? begin + p->chunk_size : p->count;
+        p->fn(p->context, begin, end, thread_index);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
     in_parallel_region = previous_region;
@@ -315,19 +309,19 @@ void tb_parallel_for(int64_t count, int64_t grain, tb_parallel_fn fn, void *cont
     if (chunk_size < grain)
         chunk_size = grain;
     int64_t chunk_count = (count + chunk_size - 1) / chunk_size;
-    if (chunk_count >= (int64_t)TB_CLAIM_CLOSED) { /* more chunks than the claim word can index */
-        chunk_size = (count + TB_CLAIM_CLOSED - 2) / (TB_CLAIM_CLOSED - 1);
+    if (chunk_count > (int64_t)TB_CLAIM_MAX_CHUNKS) { /* more chunks than the claim word can count */
+        chunk_size = (count + TB_CLAIM_MAX_CHUNKS - 1) / TB_CLAIM_MAX_CHUNKS;
         chunk_count = (count + chunk_size - 1) / chunk_size;
     }
     uint32_t tag = ++p->tag;
-    atomic_store_explicit(&p->claim, (uint64_t)tag << 32 | TB_CLAIM_CLOSED, memory_order_release);
+    atomic_store_explicit(&p->claim, (uint64_t)tag << 32, memory_order_release); /* closed: no chunks */
     p->fn = fn;
     p->context = context;
     p->count = count;
     p->chunk_size = chunk_size;
     p->chunk_count = chunk_count;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->claim, (uint64_t)tag << 32, memory_order_release); /* open */
+    atomic_store_explicit(&p->claim, (uint64_t)tag << 32 | (uint64_t)chunk_count << 16, memory_order_release); /* open */
     atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with the sleepers count */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->sleep_lock);

@@ -10,8 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Opens path for reading only if it is a regular file. O_NONBLOCK keeps open() from waiting for a writer
+ * when path is a FIFO (or a device that blocks on open); the type is checked on the descriptor (no race
+ * with a rename) before any read, and blocking mode is restored for the regular file. */
 static tb_status open_regular(const char *path, int *fd_out, size_t *size_out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return tb_error_set(TB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -22,7 +25,15 @@ static tb_status open_regular(const char *path, int *fd_out, size_t *size_out) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return tb_error_set(TB_ERR_IO, "%s: not a regular file", path);
+        return tb_error_set(TB_ERR_IO, "%s: not a regular file (%s)", path, S_ISFIFO(st.st_mode) ? "a FIFO"
+                            : S_ISDIR(st.st_mode) ? "a directory" : S_ISSOCK(st.st_mode) ? "a socket"
+                            : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a special file");
+    }
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        return tb_error_set(TB_ERR_IO, "%s: cannot set blocking mode: %s", path, strerror(err));
     }
     if (st.st_size < 0 || (unsigned long long)st.st_size > (unsigned long long)SIZE_MAX) {
         close(fd);
@@ -31,6 +42,11 @@ static tb_status open_regular(const char *path, int *fd_out, size_t *size_out) {
     *fd_out = fd;
     *size_out = (size_t)st.st_size;
     return TB_OK;
+}
+
+bool tb_path_exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0 || errno != ENOENT;
 }
 
 tb_status tb_files_read_all(const char *path, size_t max_bytes, char **data, size_t *size) {

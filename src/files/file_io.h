@@ -10,7 +10,8 @@
 #include "torchburn/status.h"
 
 /* Reads all of `path` into a malloc'd buffer (NUL-terminated for convenience; *size excludes the NUL).
- * TB_ERR_IO naming the path when it cannot be opened or read or is not a regular file; TB_ERR_FORMAT when
+ * TB_ERR_IO naming the path when it cannot be opened or read or is not a regular file (a FIFO is refused
+ * without blocking: nothing is read before the type is known); TB_ERR_FORMAT when
  * it is larger than max_bytes (checked before reading, so a huge file costs nothing). */
 tb_status tb_files_read_all(const char *path, size_t max_bytes, char **data, size_t *size);
 
@@ -33,6 +34,9 @@ void tb_mapping_release(tb_mapping *mapping);
 /* A tb_storage_release_fn whose context is a tb_mapping: drops one reference. */
 void tb_mapping_storage_release(void *context, void *data, size_t nbytes);
 
+/* True when something (of any type, a dangling link included) is at path, or it cannot be told (an error
+ * other than ENOENT): callers then open it and report the real problem. */
+bool tb_path_exists(const char *path);
 /* True when path names a directory. */
 bool tb_path_is_directory(const char *path);
 /* A malloc'd "dir/name" (dir may be "" or end with '/'); NULL when out of memory. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "torchburn/eager.h"
 #include "torchburn/alloc.h"
 #include "torchburn/thread_pool.h"
 
@@ -94,32 +95,11 @@ tb_status tb_ew_program_from_node(const tb_graph *graph, const tb_node *node, tb
 /* ---- scalar evaluation of the ops the kernel tables do not have ---- */
 
 static float unary_extra(int op, float x, const tb_ew_instr *in) {
-    switch (op) {
-    case TB_GRAPH_UNARY_ERF: return erff(x);
-    case TB_GRAPH_UNARY_RECIPROCAL: return 1.0f / x;
-    case TB_GRAPH_UNARY_LOG1P: return log1pf(x);
-    case TB_GRAPH_UNARY_EXPM1: return expm1f(x);
-    case TB_GRAPH_UNARY_FLOOR: return floorf(x);
-    case TB_GRAPH_UNARY_CEIL: return ceilf(x);
-    case TB_GRAPH_UNARY_ROUND: return nearbyintf(x);
-    case TB_GRAPH_UNARY_TRUNC: return truncf(x);
-    case TB_GRAPH_UNARY_SIGN: return isnan(x) ? x : (float)((x > 0) - (x < 0));
-    case TB_GRAPH_UNARY_SQUARE: return x * x;
-    case TB_GRAPH_UNARY_LOGICAL_NOT: return x == 0.0f ? 1.0f : 0.0f;
-    case TB_GRAPH_UNARY_HARDSIGMOID: return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-    case TB_GRAPH_UNARY_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-    case TB_GRAPH_UNARY_ELU: return x > 0 ? x : in->alpha * expm1f(x);
-    case TB_GRAPH_UNARY_SOFTPLUS: {
-        float beta = in->alpha;
-        return x * beta > in->hi ? x : log1pf(expf(x * beta)) / beta;
+    if (op >= TB_GRAPH_UNARY_TABLE && op < TB_GRAPH_UNARY_IDENTITY) {
+        tb_pw_params p = {in->alpha, in->lo, in->hi};
+        return (float)tb_pw_eval_unary((tb_pw_unary)(op - TB_GRAPH_UNARY_TABLE), x, &p);
     }
-    case TB_GRAPH_UNARY_MISH: return x * tanhf(x > 20.0f ? x : log1pf(expf(x)));
-    case TB_GRAPH_UNARY_TAN: return tanf(x);
-    case TB_GRAPH_UNARY_ATAN: return atanf(x);
-    case TB_GRAPH_UNARY_LOG2: return log2f(x);
-    case TB_GRAPH_UNARY_EXP2: return exp2f(x);
-    default: return x; /* identity */
-    }
+    return x; /* identity */
 }
 
 static float binary_extra(int op, float a, float b, float alpha) {

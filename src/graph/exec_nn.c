@@ -15,9 +15,18 @@
 bool tb_exec_tensor(const tb_exec_context *context, int loc, tb_storage *storage, tb_tensor *out) {
     memset(out, 0, sizeof *out);
     void *data = tb_exec_ptr(context, loc);
-    if (!data)
-        return false;
     const tb_value_info *info = tb_exec_info(context, loc);
+    if (!data) {
+        /* an empty value may come without memory (torch hands NULL for 0-element tensors): give it a
+         * valid address that nothing reads, so the ops see a proper empty tensor */
+        static _Alignas(64) char no_elements[64];
+        bool has_zero_dim = false;
+        for (int d = 0; d < info->ndim; d++)
+            has_zero_dim |= info->shape[d] == 0;
+        if (!has_zero_dim)
+            return false;
+        data = no_elements;
+    }
     int64_t last = 0;
     bool empty = false;
     for (int d = 0; d < info->ndim; d++) {

@@ -32,7 +32,9 @@ static const op_info OPS[TB_OP_COUNT] = {
 
 const char *const tb_graph_unary_names[] = {
 #define NAME(id, name) name,
-    TB_UNARY_OP_LIST(NAME) TB_GRAPH_UNARY_EXTRA_LIST(NAME) NULL};
+#define TABLE_NAME(id, name, simd) #name,
+    TB_UNARY_OP_LIST(NAME) TB_PW_UNARY_LIST(TABLE_NAME) "identity", NULL};
+#undef TABLE_NAME
 const char *const tb_graph_binary_names[] = {TB_BINARY_OP_LIST(NAME) TB_GRAPH_BINARY_EXTRA_LIST(NAME) NULL};
 const char *const tb_graph_compare_names[] = {TB_COMPARE_OP_LIST(NAME) NULL};
 const char *const tb_graph_reduce_names[] = {TB_REDUCE_OP_LIST(NAME) "mean", NULL};

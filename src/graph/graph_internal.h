@@ -10,31 +10,15 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "torchburn/graph.h"
+#include "torchburn/op_table.h"
 
 /* ---- elementwise sub-ops evaluated by the graph layer itself (beyond the kernel tables) ---- */
 
-#define TB_GRAPH_UNARY_EXTRA_LIST(X)                                                       \
-    X(ERF, "erf")                                                                          \
-    X(RECIPROCAL, "reciprocal")                                                            \
-    X(LOG1P, "log1p")                                                                      \
-    X(EXPM1, "expm1")                                                                      \
-    X(FLOOR, "floor")                                                                      \
-    X(CEIL, "ceil")                                                                        \
-    X(ROUND, "round")  /* half to even, as torch.round */                                  \
-    X(TRUNC, "trunc")                                                                      \
-    X(SIGN, "sign")                                                                        \
-    X(SQUARE, "square")                                                                    \
-    X(LOGICAL_NOT, "logical_not")                                                          \
-    X(HARDSIGMOID, "hardsigmoid")                                                          \
-    X(HARDSWISH, "hardswish")                                                              \
-    X(ELU, "elu")           /* alpha */                                                    \
-    X(SOFTPLUS, "softplus") /* beta = alpha, threshold = hi */                             \
-    X(MISH, "mish")                                                                        \
-    X(TAN, "tan")                                                                          \
-    X(ATAN, "atan")                                                                        \
-    X(LOG2, "log2")                                                                        \
-    X(EXP2, "exp2")                                                                        \
-    X(IDENTITY, "identity")
+/* Unary sub-ops: the f32 kernel ops of kernels/elementwise.h (SIMD), then every op of the op table
+ * (include/torchburn/op_table.h, evaluated by its scalar formula; op-table op k is
+ * TB_GRAPH_UNARY_TABLE + k), then identity. A table op that also has a kernel appears twice; names
+ * resolve to the first (the kernel). Params follow tb_pw_params: alpha, lo, hi. */
+#define TB_GRAPH_UNARY_OP(ID) (TB_GRAPH_UNARY_TABLE + TB_PW_##ID)
 
 #define TB_GRAPH_BINARY_EXTRA_LIST(X)                                                              \
     X(GELU_BACKWARD, "gelu_backward")           /* (grad, x) exact erf form */                    \
@@ -50,10 +34,9 @@
     X(ATAN2, "atan2")
 
 enum {
-#define TB_GRAPH_UNARY_EXTRA_ENUM(id, name) TB_GRAPH_UNARY_##id,
-    TB_GRAPH_UNARY_FIRST_EXTRA = TB_UNARY_COUNT - 1,
-    TB_GRAPH_UNARY_EXTRA_LIST(TB_GRAPH_UNARY_EXTRA_ENUM) TB_GRAPH_UNARY_COUNT
-#undef TB_GRAPH_UNARY_EXTRA_ENUM
+    TB_GRAPH_UNARY_TABLE = TB_UNARY_COUNT,
+    TB_GRAPH_UNARY_IDENTITY = TB_UNARY_COUNT + TB_PW_UNARY_COUNT,
+    TB_GRAPH_UNARY_COUNT
 };
 enum {
 #define TB_GRAPH_BINARY_EXTRA_ENUM(id, name) TB_GRAPH_BINARY_##id,

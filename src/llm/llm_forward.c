@@ -17,11 +17,14 @@
 #include "torchburn/alloc.h"
 #include "torchburn/thread_pool.h"
 
-enum { PREFILL_CHUNK = 256, KV_MIN_CAPACITY = 256 };
+enum { PREFILL_CHUNK = TB_LLM_PREFILL_CHUNK, KV_MIN_CAPACITY = 256 };
 
 struct tb_llm_session {
     const tb_llm_model *model;
     int64_t max_seq_len, capacity, length;
+    /* positions [0, canonical) were computed in whole PREFILL_CHUNK chunks starting at multiples of it, as
+     * a fresh session prefilling the same tokens computes them (bit for bit): what reproducible calls reuse */
+    int64_t canonical;
     bool kv_f16;
     void **keys, **values; /* [layers] -> [Hkv][capacity][D] */
     int32_t *tokens;       /* [capacity] */
@@ -86,8 +89,12 @@ tb_status tb_llm_session_truncate(tb_llm_session *s, int64_t length) {
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: cannot truncate a session of %lld positions to %lld",
                             (long long)s->length, (long long)length);
     s->length = length;
+    if (s->canonical > length)
+        s->canonical = length / PREFILL_CHUNK * PREFILL_CHUNK;
     return TB_OK;
 }
+
+int64_t tb_llm_session_canonical_length(const tb_llm_session *s) { return s->canonical; }
 
 void tb_llm_session_commit(tb_llm_session *s, const int32_t *tokens, int64_t count) {
     memcpy(s->tokens + s->length, tokens, (size_t)count * sizeof *tokens);
@@ -100,6 +107,7 @@ tb_status tb_llm_session_copy_prefix(tb_llm_session *dst, const tb_llm_session *
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: cannot copy %lld cached positions between these sessions",
                             (long long)length);
     dst->length = 0;
+    dst->canonical = 0;
     if (length == 0)
         return TB_OK;
     TB_TRY(tb_llm_session_reserve(dst, length));
@@ -115,6 +123,9 @@ tb_status tb_llm_session_copy_prefix(tb_llm_session *dst, const tb_llm_session *
         }
     memcpy(dst->tokens, src->tokens, (size_t)length * sizeof *dst->tokens);
     dst->length = length;
+    /* the copied positions are as canonical as they were in src (whole chunks only) */
+    int64_t canonical = src->canonical < length ? src->canonical : length;
+    dst->canonical = canonical / PREFILL_CHUNK * PREFILL_CHUNK;
     return TB_OK;
 }
 
@@ -401,15 +412,19 @@ tb_status tb_llm_forward(tb_llm_session *s, const int32_t *tokens, int64_t count
     TB_TRY(ensure_scratch(s, count < PREFILL_CHUNK ? count : PREFILL_CHUNK));
     const tb_llm_kernels *kernels = tb_llm_kernels_active();
     const tb_llm_qkernels *qkernels = m->exact_activations ? NULL : tb_llm_qkernels_active();
+    /* chunks of PREFILL_CHUNK rows from the call's first position (scratch holds at least that many) */
     for (int64_t done = 0; done < count;) {
-        const int64_t n = count - done < s->scratch_rows ? count - done : s->scratch_rows;
+        const int64_t n = count - done < PREFILL_CHUNK ? count - done : PREFILL_CHUNK;
         const bool last = done + n == count;
+        const int64_t chunk_start = s->length;
         float *out = NULL;
         if (logits && all_logits)
             out = logits + done * m->vocab;
         else if (logits && last)
             out = logits;
         TB_TRY(forward_chunk(s, kernels, qkernels, tokens + done, n, out, all_logits));
+        if (n == PREFILL_CHUNK && chunk_start == s->canonical && chunk_start % PREFILL_CHUNK == 0)
+            s->canonical += PREFILL_CHUNK;
         done += n;
     }
     return TB_OK;

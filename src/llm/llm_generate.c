@@ -95,6 +95,11 @@ tb_status tb_llm_generation_begin(tb_llm_session *session, const tb_llm_generate
         limit = limit < desc->prompt_count - 1 ? limit : desc->prompt_count - 1;
         while (reuse < limit && cached[reuse] == desc->prompt[reuse])
             reuse++;
+        if (desc->reproducible) { /* only what a fresh session would have computed the same way */
+            const int64_t canonical = tb_llm_session_canonical_length(session);
+            reuse = reuse < canonical ? reuse : canonical;
+            reuse -= reuse % TB_LLM_PREFILL_CHUNK;
+        }
         status = tb_llm_session_truncate(session, reuse);
         if (status == TB_OK)
             status = tb_llm_forward(session, desc->prompt + reuse, desc->prompt_count - reuse, g->logits, false);
@@ -148,6 +153,8 @@ tb_status tb_llm_generation_next(tb_llm_generation *g, int32_t *token, tb_llm_fi
 }
 
 void tb_llm_generation_stats(const tb_llm_generation *g, tb_llm_stats *out) { *out = g->stats; }
+
+const float *tb_llm_generation_logits(const tb_llm_generation *g) { return g->logits; }
 
 tb_status tb_llm_generate(tb_llm_session *session, const tb_llm_generate_desc *desc, tb_llm_token_fn callback,
                           void *callback_context, int32_t *tokens, int64_t tokens_capacity, tb_llm_stats *stats) {

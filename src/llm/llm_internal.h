@@ -12,8 +12,11 @@
 #include "torchburn/quant.h"
 #include "torchburn/safetensors.h"
 
+/* Prompt positions run per forward chunk (bounded scratch); also the unit of reproducible KV reuse. */
+#define TB_LLM_PREFILL_CHUNK 256
+
 /* Version of the quantized-weight cache layout (bumped whenever tensor names or formats change). */
-#define TB_LLM_CACHE_FORMAT "torchburn-llm-cache-1"
+#define TB_LLM_CACHE_FORMAT "torchburn-llm-cache-2" /* 2: per-tensor BLAKE3 digests */
 
 /* ---- kernels (contracts; scalar reference in llm_kernels_ref.c, SIMD bodies in llm_kernels_body.h) ---- */
 
@@ -196,9 +199,13 @@ tb_status tb_llm_model_alloc(tb_llm_model *model, int64_t bytes, void **out);
  * in f32; inv_freq has head_dim / 2 entries. */
 tb_status tb_llm_rope_init(const tb_hf_config *config, float *inv_freq, float *attention_factor);
 
-/* Quantized-weight cache: reading (returns TB_OK with *hit false when the file is absent or stale) and
- * writing. Implemented in llm_cache.c. */
-tb_status tb_llm_cache_try_load(tb_llm_model *model, const char *path, const char *key, bool *hit);
+/* Quantized-weight cache (llm_cache.c). Loading returns TB_OK unless memory runs out, with *result: ABSENT
+ * (no file), LOADED (every weight bound, digests verified), STALE (another format version or key) or
+ * DAMAGED (unreadable, settings or tensors that disagree, or bytes that fail their digest; `why` says
+ * which). Nothing of a rejected file stays in the model. */
+typedef enum llm_cache_result { LLM_CACHE_ABSENT, LLM_CACHE_LOADED, LLM_CACHE_STALE, LLM_CACHE_DAMAGED } llm_cache_result;
+tb_status tb_llm_cache_try_load(tb_llm_model *model, const char *path, const char *key, llm_cache_result *result,
+                                char *why, size_t why_size);
 tb_status tb_llm_cache_save(const tb_llm_model *model, const char *path, const char *key);
 
 /* y[M, N] = x[M, K] @ W.T + bias with x rows x_stride floats apart and y contiguous, on the thread pool
@@ -213,6 +220,8 @@ tb_status tb_llm_quantize_int4(const float *w, int64_t rows, int64_t k, int64_t 
 
 /* The model a session runs. */
 const tb_llm_model *tb_llm_session_model(const tb_llm_session *session);
+/* Cached positions (a multiple of the prefill chunk) whose keys/values equal a fresh prefill's bit for bit. */
+int64_t tb_llm_session_canonical_length(const tb_llm_session *session);
 
 /* Pieces of the forward pass shared with the batched decode step (llm_batch_forward.c); shapes as in
  * llm_forward.c. reserve grows the KV cache to hold `needed` positions; prepare_row applies q/k norms and

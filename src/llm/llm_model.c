@@ -468,11 +468,14 @@ tb_status tb_llm_model_load(const char *model_dir, const tb_llm_load_options *op
         status = setup_model(model, options->quant, group_size);
     if (status == TB_OK)
         reserve_arena(model);
-    bool hit = false;
+    llm_cache_result cached = LLM_CACHE_ABSENT;
+    char why[192] = "";
     const bool use_cache = status == TB_OK && options->quant != TB_LLM_QUANT_NONE && options->cache_path &&
                            options->cache_path[0];
     if (use_cache)
-        status = tb_llm_cache_try_load(model, options->cache_path, options->cache_key ? options->cache_key : "", &hit);
+        status = tb_llm_cache_try_load(model, options->cache_path, options->cache_key ? options->cache_key : "", &cached,
+                                       why, sizeof why);
+    const bool hit = cached == LLM_CACHE_LOADED;
     if (status == TB_OK && !hit)
         status = load_from_checkpoint(model, model_dir, options);
     if (status == TB_OK && model->tied)
@@ -481,7 +484,10 @@ tb_status tb_llm_model_load(const char *model_dir, const tb_llm_load_options *op
         if (hit) {
             model->info.cache_state = TB_LLM_CACHE_HIT;
         } else if (tb_llm_cache_save(model, options->cache_path, options->cache_key ? options->cache_key : "") == TB_OK) {
-            model->info.cache_state = TB_LLM_CACHE_WRITTEN;
+            model->info.cache_state = cached == LLM_CACHE_DAMAGED ? TB_LLM_CACHE_REBUILT : TB_LLM_CACHE_WRITTEN;
+            if (cached == LLM_CACHE_DAMAGED)
+                snprintf(model->info.cache_message, sizeof model->info.cache_message, "%s was damaged (%s)",
+                         options->cache_path, why);
         } else {
             model->info.cache_state = TB_LLM_CACHE_WRITE_FAILED;
             snprintf(model->info.cache_message, sizeof model->info.cache_message, "%s", tb_error_message());

@@ -158,6 +158,19 @@ static void sort_first(const float *work, int32_t *ids, int64_t n, int64_t k) {
 
 /* ---- the pipeline ---- */
 
+/* True when every logit is finite. Greedy decoding checks this explicitly: an argmax over NaN picks an
+ * arbitrary token, where sampling finds the non-finite total mass. O(V), next to an O(V * C) LM head. */
+static bool all_finite(const float *logits, int64_t v) {
+    bool finite = true;
+    for (int64_t i = 0; i < v; i++)
+        finite &= fabsf(logits[i]) <= 3.4028235e38f; /* false for inf and NaN */
+    return finite;
+}
+
+static tb_status not_finite(void) {
+    return tb_error_set(TB_ERR_INVALID_ARGUMENT, "sampling: the logits are not finite (NaN or inf)");
+}
+
 /* Applies the penalty and temperature into work[], then leaves the kept candidates in ids[0..*count);
  * for greedy sampling (*is_greedy) it returns the first maximal logit in *greedy instead. */
 static tb_status filter(tb_llm_sampler *s, const float *logits, const int32_t *history, int64_t history_count,
@@ -165,6 +178,8 @@ static tb_status filter(tb_llm_sampler *s, const float *logits, const int32_t *h
     const tb_llm_sampling *p = &s->params;
     const int64_t v = s->vocab;
     *is_greedy = p->temperature == 0.0f || p->top_k == 1;
+    if (*is_greedy && !all_finite(logits, v))
+        return not_finite();
     if (*is_greedy && p->repetition_penalty == 1.0f) { /* plain argmax: no copy of the logits */
         *greedy = (int32_t)tb_llm_kernels_active()->argmax(logits, v);
         return TB_OK;
@@ -280,7 +295,7 @@ tb_status tb_llm_sampler_sample(tb_llm_sampler *s, const float *logits, const in
     }
     const double total = candidate_weights(s, n);
     if (!(total > 0.0) || isinf(total))
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "sampling: the logits are not finite (NaN or inf)");
+        return not_finite();
     const double target = next_unit(s->state) * total;
     double cumulative = 0.0;
     for (int64_t i = 0; i < n; i++) {

@@ -143,6 +143,8 @@ static tb_status run_reduce(int op, const tb_tensor *x, uint32_t dim_mask, bool 
         return status;
     }
     int64_t out_count = rs.outer * rs.inner;
+    if (tb_tensor_numel(x) == 0)
+        rs.len = 0; /* nothing to read (an empty input may have no data pointer at all) */
     if (out_count == 0) {
         tb_tensor_release(&source);
         return TB_OK;

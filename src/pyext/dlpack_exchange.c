@@ -280,10 +280,18 @@ static int import_dlpack(PyObject *object, const char *name, tb_tensor *out) {
     if (check_dlpack_device(object, name) != 0)
         return -1;
     capsule = call_dlpack(object);
-    if (!capsule && (PyErr_ExceptionMatches(PyExc_RuntimeError) || PyErr_ExceptionMatches(PyExc_BufferError)) &&
-        PyObject_HasAttrString(object, "detach")) {
-        /* torch refuses to export tensors that require grad: read a detached view instead */
-        PyErr_Clear();
+    if (!capsule && (PyErr_ExceptionMatches(PyExc_RuntimeError) || PyErr_ExceptionMatches(PyExc_BufferError))) {
+        /* torch refuses to export tensors that require grad: read a detached view instead. HasAttr
+         * clears any pending exception, so the producer's error is set aside while it runs. */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (!PyObject_HasAttrString(object, "detach")) {
+            PyErr_Restore(type, value, traceback);
+            return -1;
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
         PyObject *detached = PyObject_CallMethod(object, "detach", NULL);
         if (!detached)
             return -1;

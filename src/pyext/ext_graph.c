@@ -273,6 +273,10 @@ static PyObject *graph_compile(PyObject *object, PyObject *unused) {
     PyObject *wrapped = tb_py_plan_wrap(plan);
     if (!wrapped)
         return NULL;
+    if (tb_py_plan_attach_engine(wrapped, graph) != 0) {
+        Py_DECREF(wrapped);
+        return NULL;
+    }
     return Py_BuildValue("(NO)", wrapped, hit ? Py_True : Py_False);
 }
 

@@ -113,6 +113,8 @@ typedef struct py_plan {
     PyObject *last_error; /* message of the last failed run (str) or NULL */
     unsigned long long calls, fallbacks;
     double run_seconds; /* time inside tb_plan_run over all calls: wall time minus this is the overhead */
+    tb_engine_program *program; /* the graph on a non-CPU engine (runs instead of the plan), or NULL */
+    char engine_note[320];      /* which engine runs the calls, and why not the GPU when it was asked for */
 } py_plan;
 
 static PyTypeObject *plan_type;
@@ -310,7 +312,8 @@ static PyObject *plan_vectorcall(PyObject *callable, PyObject *const *args, size
     tb_status status;
     double started = monotonic_seconds(), finished;
     Py_BEGIN_ALLOW_THREADS
-    status = tb_plan_run(plan, s.inputs, s.outputs);
+    status = self->program ? tb_engine_program_run(self->program, s.inputs, s.outputs)
+                           : tb_plan_run(plan, s.inputs, s.outputs);
     finished = monotonic_seconds();
     Py_END_ALLOW_THREADS
     self->run_seconds += finished - started;
@@ -337,6 +340,7 @@ static void plan_dealloc(PyObject *object) {
         PyObject_ClearWeakRefs(object);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->last_error);
+    tb_engine_program_free(self->program);
     tb_plan_release(self->plan);
     type->tp_free(object);
     Py_DECREF(type);
@@ -366,8 +370,41 @@ PyObject *tb_py_plan_wrap(tb_plan *plan) {
     self->last_error = NULL;
     self->calls = self->fallbacks = 0;
     self->run_seconds = 0.0;
+    self->program = NULL;
+    snprintf(self->engine_note, sizeof self->engine_note, "native_cpu");
     PyObject_GC_Track((PyObject *)self);
     return (PyObject *)self;
+}
+
+int tb_py_plan_attach_engine(PyObject *object, const tb_graph *graph) {
+    py_plan *self = (py_plan *)object;
+    const tb_engine *engine;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_engine_active(&engine);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK) {
+        tb_py_raise(status);
+        return -1;
+    }
+    if (engine != &tb_engine_vulkan) {
+        snprintf(self->engine_note, sizeof self->engine_note, "%s", engine->name);
+        return 0;
+    }
+    tb_engine_program *program = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_engine_program_build(engine, graph, &program);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK) {
+        /* the whole graph stays on the CPU plan; the note says which node kept it there */
+        snprintf(self->engine_note, sizeof self->engine_note, "native_cpu (%s)", tb_error_message());
+        tb_error_clear();
+        return 0;
+    }
+    self->program = program;
+    snprintf(self->engine_note, sizeof self->engine_note, "vulkan (%d ops, one submission per call)",
+             tb_engine_program_num_ops(program));
+    return 0;
 }
 
 static PyObject *info_tuple(const tb_value_info *info) {
@@ -413,12 +450,19 @@ static PyObject *plan_get_run_seconds(PyObject *object, void *closure) {
 
 static PyObject *plan_describe(PyObject *object, PyObject *unused) {
     char *text;
-    tb_status status = tb_plan_describe(((py_plan *)object)->plan, &text);
+    py_plan *self = (py_plan *)object;
+    tb_status status = tb_plan_describe(self->plan, &text);
     if (status != TB_OK)
         return tb_py_raise(status);
-    PyObject *result = PyUnicode_FromString(text);
+    PyObject *result = strcmp(self->engine_note, "native_cpu") != 0
+                           ? PyUnicode_FromFormat("%sengine: %s\n", text, self->engine_note)
+                           : PyUnicode_FromString(text);
     free(text);
     return result;
+}
+
+static PyObject *plan_get_engine(PyObject *object, void *closure) {
+    return PyUnicode_FromString(((py_plan *)object)->engine_note);
 }
 
 static PyObject *plan_get_key(PyObject *object, void *closure) {
@@ -588,6 +632,9 @@ static PyGetSetDef plan_getset[] = {
     {"num_steps", plan_get_int, NULL, NULL, (void *)3},
     {"calls", plan_get_int, NULL, "calls through this object", (void *)4},
     {"fallbacks", plan_get_int, NULL, "calls that went to the fallback", (void *)5},
+    {"engine", plan_get_engine, NULL,
+     "the engine that runs the calls, e.g. 'native_cpu', or 'native_cpu (...)' naming the node the GPU does not take",
+     NULL},
     {"run_seconds", plan_get_run_seconds, NULL,
      "seconds spent running the plan's steps over all calls (a call's wall time minus its share is overhead)", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -203,6 +203,7 @@ static const char *cache_state_name(tb_llm_cache_state state) {
     case TB_LLM_CACHE_HIT: return "hit";
     case TB_LLM_CACHE_WRITTEN: return "written";
     case TB_LLM_CACHE_WRITE_FAILED: return "write_failed";
+    case TB_LLM_CACHE_REBUILT: return "rebuilt";
     default: return "unused";
     }
 }
@@ -401,17 +402,19 @@ static PyObject *session_logits(py_llm_session *self, PyObject *args, PyObject *
 static int parse_generate_args(PyObject *args, PyObject *kwargs, const char *name, tb_llm_generate_desc *desc,
                                int32_t **prompt, int32_t **stops, PyObject **callback) {
     static char *keywords[] = {"prompt", "max_tokens", "temperature", "top_k", "top_p", "min_p",
-                               "repetition_penalty", "seed", "stop_ids", "callback", NULL};
+                               "repetition_penalty", "seed", "stop_ids", "callback", "reproducible", NULL};
     PyObject *prompt_seq, *temperature, *top_k, *top_p, *min_p, *penalty, *seed = Py_None, *stop_seq = Py_None;
     long long max_tokens;
+    int reproducible = 0;
     *callback = Py_None;
     char format[64];
-    snprintf(format, sizeof format, "OLOOOOO|OOO:%s", name);
+    snprintf(format, sizeof format, "OLOOOOO|OOOp:%s", name);
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, &prompt_seq, &max_tokens, &temperature, &top_k,
-                                     &top_p, &min_p, &penalty, &seed, &stop_seq, callback))
+                                     &top_p, &min_p, &penalty, &seed, &stop_seq, callback, &reproducible))
         return -1;
     memset(desc, 0, sizeof *desc);
     desc->max_tokens = max_tokens;
+    desc->reproducible = reproducible != 0;
     if (parse_sampling(temperature, top_k, top_p, min_p, penalty, seed, &desc->sampling) != 0)
         return -1;
     *prompt = ids_from_sequence(prompt_seq, "prompt", &desc->prompt_count);

@@ -3,6 +3,7 @@
 #include "pyext.h"
 #include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
+#include "torchburn/engine.h"
 #include "torchburn/probe.h"
 #include "torchburn/thread_pool.h"
 
@@ -75,10 +76,17 @@ static PyObject *py_memory_trim(PyObject *module, PyObject *unused) {
 }
 
 static PyObject *py_set_num_threads(PyObject *module, PyObject *arg) {
-    long n = PyLong_AsLong(arg);
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(arg, &overflow);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    tb_status status = tb_set_num_threads((int)(n > 1 << 20 ? 1 << 20 : n < -1 ? -1 : n));
+    if (overflow < 0 || n < 1) {
+        PyObject *text = PyObject_Repr(arg);
+        PyErr_Format(PyExc_ValueError, "set_num_threads: n must be >= 1, got %s", text ? PyUnicode_AsUTF8(text) : "?");
+        Py_XDECREF(text);
+        return NULL;
+    }
+    tb_status status = tb_set_num_threads((int)(overflow > 0 || n > 1 << 20 ? 1 << 20 : n));
     if (status != TB_OK)
         return tb_py_raise(status);
     Py_RETURN_NONE;
@@ -157,6 +165,12 @@ PyMODINIT_FUNC PyInit__C(void) {
         tb_py_raise(status);
         return NULL;
     }
+    /* after the ISA: TORCHBURN_ENGINE=reference forces the scalar level and one thread */
+    status = tb_engine_select_from_env();
+    if (status != TB_OK) {
+        tb_py_raise(status);
+        return NULL;
+    }
     PyObject *module = PyModule_Create(&module_def);
     if (!module)
         return NULL;
@@ -164,6 +178,7 @@ PyMODINIT_FUNC PyInit__C(void) {
         tb_pyext_register_files(module) != 0 || tb_pyext_register_tokenizer(module) != 0 ||
         tb_pyext_register_quant(module) != 0 || tb_pyext_register_nn(module) != 0 ||
         tb_pyext_register_graph(module) != 0 || tb_pyext_register_llm(module) != 0 ||
+        tb_pyext_register_eager(module) != 0 || tb_pyext_register_engine(module) != 0 ||
         tb_pyext_register_llm_batch(module) != 0) {
         Py_DECREF(module);
         return NULL;

@@ -47,6 +47,8 @@ int tb_pyext_register_quant(PyObject *module);
 int tb_pyext_register_nn(PyObject *module);
 int tb_pyext_register_graph(PyObject *module);
 int tb_pyext_register_llm(PyObject *module);
+int tb_pyext_register_eager(PyObject *module); /* turbo_torch's layer (eager_*.c) */
+int tb_pyext_register_engine(PyObject *module);
 int tb_pyext_register_llm_batch(PyObject *module);
 
 /* The model inside a torchburn._C._LLMModel (borrowed), or NULL with TypeError set. */

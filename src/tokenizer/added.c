@@ -142,30 +142,39 @@ tb_status tb_added_find(const tb_tokenizer *t, const tb_trie *trie, const char *
 static tb_status add_one(tb_tokenizer *t, const tb_added_token *token) {
     if (token->length == 0)
         return TB_OK;
-    for (size_t i = 0; i < t->added_count; i++) {
-        const tb_added_token *a = &t->added[i];
-        if (a->length == token->length && memcmp(a->content, token->content, a->length) == 0 &&
-            a->single_word == token->single_word && a->lstrip == token->lstrip && a->rstrip == token->rstrip &&
-            a->normalized == token->normalized && a->special == token->special)
-            return TB_OK; /* an identical token is ignored */
-    }
+    /* identity = content and every flag: a byte of flags after the content */
+    char *identity = malloc(token->length + 1);
+    if (!identity)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "tokenizer: added tokens");
+    memcpy(identity, token->content, token->length);
+    identity[token->length] = (char)(token->single_word | token->lstrip << 1 | token->rstrip << 2 |
+                                     token->normalized << 3 | token->special << 4);
+    int32_t seen;
+    const bool repeat = tb_str_map_get(&t->added_identity, identity, token->length + 1, &seen);
+    tb_status st = repeat ? TB_OK : tb_str_map_put(&t->added_identity, identity, token->length + 1, 1, NULL);
+    free(identity);
+    if (repeat || st != TB_OK)
+        return st; /* an identical token is ignored */
     int32_t id;
     if (!tb_str_map_get(&t->added_map, token->content, token->length, &id) &&
         !tb_str_map_get(&t->model.vocab, token->content, token->length, &id)) {
-        int64_t model_size = (int64_t)t->model.vocab.count, max = -1;
-        for (size_t e = 0; e < t->added_map.count; e++)
-            if (t->added_map.entries[e].value > max)
-                max = t->added_map.entries[e].value;
+        const int64_t model_size = (int64_t)t->model.vocab.count, max = t->added_max_id;
         int64_t new_id = max < 0 ? model_size : (max >= model_size || model_size == 0) ? max + 1 : model_size;
         if (new_id >= TB_TOKENIZER_MAX_ID)
             return tb_error_set(TB_ERR_FORMAT, "tokenizer.json: added token ids exceed %d", TB_TOKENIZER_MAX_ID);
         id = (int32_t)new_id;
     }
     TB_TRY(tb_str_map_put(&t->added_map, token->content, token->length, id, NULL));
-    tb_added_token *grown = realloc(t->added, (t->added_count + 1) * sizeof *grown);
-    if (!grown)
-        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "tokenizer: added tokens");
-    t->added = grown;
+    if (id > t->added_max_id)
+        t->added_max_id = id;
+    if (t->added_count == t->added_capacity) {
+        const size_t capacity = t->added_capacity ? 2 * t->added_capacity : 64;
+        tb_added_token *grown = realloc(t->added, capacity * sizeof *grown);
+        if (!grown)
+            return tb_error_set(TB_ERR_OUT_OF_MEMORY, "tokenizer: added tokens");
+        t->added = grown;
+        t->added_capacity = capacity;
+    }
     tb_added_token *a = &t->added[t->added_count];
     *a = *token;
     a->id = id;
@@ -215,6 +224,7 @@ tb_status tb_tokenizer_finish_added(tb_tokenizer *t) {
                 ordered[k++] = t->added[i];
     free(t->added);
     t->added = ordered;
+    t->added_capacity = t->added_count ? t->added_count : 1;
 
     size_t limit = t->model.id_limit;
     for (size_t i = 0; i < t->added_count; i++)

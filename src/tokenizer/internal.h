@@ -281,8 +281,10 @@ struct tb_tokenizer {
     bool has_decoder;
 
     tb_added_token *added; /* in the order HF keeps them: specials first, then the others */
-    size_t added_count;
+    size_t added_count, added_capacity;
     tb_str_map added_map;    /* content -> id */
+    tb_str_map added_identity; /* content + flag byte -> 1: identical repeats are ignored in O(1) */
+    int64_t added_max_id;      /* largest id in added_map, -1 when empty */
     int32_t *added_by_id;    /* id -> index into added (the last token given that id), -1 */
     size_t id_limit;         /* one past the largest id (model or added) */
     uint8_t *special_by_id;  /* id -> 1 when its string is a special token's content */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "files/file_io.h"
 #include "tokenizer/internal.h"
 
 /* GPT-2's byte <-> printable code point table: printable Latin-1 bytes map to themselves, the rest
@@ -24,28 +25,12 @@ static void init_byte_map(tb_tokenizer *t) {
     }
 }
 
+enum { MAX_FILE_BYTES = 1 << 30 }; /* tokenizer.json of the largest vocabularies is ~20 MB */
+
+/* A whole file (a FIFO or other non-regular file is refused without blocking, see file_io.h). */
 static tb_status read_file(const char *path, char **data, size_t *length) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tb_error_set(TB_ERR_IO, "tokenizer: cannot open '%s': %s", path, strerror(errno));
-    tb_tok_buffer buffer = {0};
-    char chunk[65536];
-    size_t got;
-    tb_status st = TB_OK;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0 && st == TB_OK)
-        st = tb_tok_buffer_append(&buffer, chunk, got);
-    if (st == TB_OK && ferror(f))
-        st = tb_error_set(TB_ERR_IO, "tokenizer: cannot read '%s'", path);
-    fclose(f);
-    if (st != TB_OK) {
-        tb_tok_buffer_free(&buffer);
-        return st;
-    }
-    *data = buffer.data ? buffer.data : calloc(1, 1);
-    *length = buffer.length;
-    if (!*data)
-        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "tokenizer: reading '%s'", path);
-    return TB_OK;
+    tb_status st = tb_files_read_all(path, MAX_FILE_BYTES, data, length);
+    return st == TB_OK ? TB_OK : tb_error_prefix(st, "tokenizer");
 }
 
 static const tb_json_limits JSON_LIMITS = {.max_bytes = (size_t)1 << 30, .max_depth = 128};
@@ -67,23 +52,37 @@ static tb_status config_added_tokens(tb_tokenizer *t, const tb_json_value *confi
     const tb_json_value *decoder = tb_json_object_get(config, "added_tokens_decoder");
     if (!decoder || tb_json_type_of(decoder) != TB_JSON_OBJECT)
         return TB_OK;
-    for (size_t i = 0; i < tb_json_length(decoder); i++) {
+    /* ids of the tokens added so far, as a bitmap (O(1) per key instead of a scan of every added token) */
+    uint8_t *known_ids = calloc(TB_TOKENIZER_MAX_ID / 8, 1);
+    if (!known_ids)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "tokenizer_config.json: added_tokens_decoder");
+    for (size_t k = 0; k < t->added_count; k++)
+        known_ids[t->added[k].id >> 3] |= (uint8_t)(1u << (t->added[k].id & 7));
+    tb_status st = TB_OK;
+    for (size_t i = 0; i < tb_json_length(decoder) && st == TB_OK; i++) {
         const char *key;
         size_t key_length;
         const tb_json_value *v;
-        TB_TRY(tb_json_object_entry(decoder, i, &key, &key_length, &v));
+        st = tb_json_object_entry(decoder, i, &key, &key_length, &v);
+        if (st != TB_OK)
+            break;
         char *end;
         long id = strtol(key, &end, 10);
-        if (end == key || *end || id < 0 || id >= TB_TOKENIZER_MAX_ID)
-            return tb_error_set(TB_ERR_FORMAT, "tokenizer_config.json: added_tokens_decoder key '%s' is not an id", key);
-        bool known = false;
-        for (size_t k = 0; k < t->added_count; k++)
-            known = known || t->added[k].id == (int32_t)id;
-        if (known)
+        if (end == key || *end || id < 0 || id >= TB_TOKENIZER_MAX_ID) {
+            st = tb_error_set(TB_ERR_FORMAT, "tokenizer_config.json: added_tokens_decoder key '%s' is not an id", key);
+            break;
+        }
+        if (known_ids[id >> 3] & (1u << (id & 7)))
             continue;
-        TB_TRY(tb_tokenizer_add_token_json(t, v, "tokenizer_config.json: added_tokens_decoder"));
+        const size_t before = t->added_count;
+        st = tb_tokenizer_add_token_json(t, v, "tokenizer_config.json: added_tokens_decoder");
+        if (st == TB_OK && t->added_count > before) {
+            const int32_t added_id = t->added[before].id;
+            known_ids[added_id >> 3] |= (uint8_t)(1u << (added_id & 7));
+        }
     }
-    return TB_OK;
+    free(known_ids);
+    return st;
 }
 
 static tb_status load_config(tb_tokenizer *t, const tb_json_value *config, const char **bos, size_t *bos_length,
@@ -177,6 +176,8 @@ tb_status tb_tokenizer_load_from_memory(const char *json, size_t json_length, co
     if (!json)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "tokenizer: no tokenizer.json text");
     tb_tokenizer *t = calloc(1, sizeof *t);
+    if (t)
+        t->added_max_id = -1;
     if (!t)
         return tb_error_set(TB_ERR_OUT_OF_MEMORY, "tokenizer: allocating the tokenizer");
     tb_status st = load(t, json, json_length, config_json, config_length);
@@ -195,18 +196,12 @@ static tb_status load_paths(const char *json_path, const char *config_path, cons
     size_t json_length = 0, config_length = 0, chat_length = 0;
     tb_status st = read_file(json_path, &json, &json_length);
     if (st == TB_OK && config_path) {
-        FILE *probe = fopen(config_path, "rb");
-        if (probe) {
-            fclose(probe);
+        if (tb_path_exists(config_path)) /* optional, but present and unreadable is an error */
             st = read_file(config_path, &config, &config_length);
-        }
     }
     if (st == TB_OK && template_path) {
-        FILE *probe = fopen(template_path, "rb");
-        if (probe) {
-            fclose(probe);
+        if (tb_path_exists(template_path))
             st = read_file(template_path, &chat, &chat_length);
-        }
     }
     if (st == TB_OK)
         st = tb_tokenizer_load_from_memory(json, json_length, config, config_length, out);
@@ -255,6 +250,7 @@ void tb_tokenizer_free(tb_tokenizer *t) {
     }
     free(t->added);
     tb_str_map_free(&t->added_map);
+    tb_str_map_free(&t->added_identity);
     free(t->added_by_id);
     free(t->special_by_id);
     free(t->trie_raw.nodes);

@@ -3,8 +3,8 @@
 
 #include <string.h>
 
-int tb_test_checks_passed;
-int tb_test_checks_failed;
+_Atomic int tb_test_checks_passed;
+_Atomic int tb_test_checks_failed;
 
 enum { GUARD_BYTES = 64, GUARD_VALUE = 0xA5 };
 
@@ -49,6 +49,6 @@ void tb_test_guarded_free(float *buf) {
 }
 
 int tb_test_finish(const char *suite) {
-    printf("%s: %d passed, %d failed\n", suite, tb_test_checks_passed, tb_test_checks_failed);
+    printf("%s: %d passed, %d failed\n", suite, (int)tb_test_checks_passed, (int)tb_test_checks_failed);
     return tb_test_checks_failed == 0 ? 0 : 1;
 }

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-extern int tb_test_checks_passed;
-extern int tb_test_checks_failed;
+extern _Atomic int tb_test_checks_passed; /* atomic: checks may run on several threads */
+extern _Atomic int tb_test_checks_failed;
 
 #define TB_CHECK(condition)                                                           \
     do {                                                                              \

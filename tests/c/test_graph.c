@@ -3,6 +3,7 @@
  * scalar one, structural hashing, the plan caches (hits, sharing, LRU eviction), memory planning
  * (arena reuse), builder errors and allocation failures. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -417,6 +418,56 @@ static void test_allocation_failures(void) {
     tb_plan_cache_clear();
 }
 
+/* Several threads compiling and running structurally overlapping graphs through the shared plan cache,
+ * with a capacity small enough that entries are evicted while other threads hold their plans (the
+ * ThreadSanitizer stage of tools/run_tests.sh runs this). */
+typedef struct cache_worker {
+    int index, failures;
+} cache_worker;
+
+static void *plan_cache_worker(void *arg) {
+    cache_worker *w = arg;
+    for (int round = 0; round < 12; round++) {
+        const int64_t n = 32 * (1 + (round + w->index) % 3);
+        tb_graph *g = softmax_chain(2, n, "worker");
+        tb_plan *plan = NULL;
+        bool hit;
+        int64_t shape[2] = {4, n};
+        tb_tensor x = random_tensor(2, shape, (uint64_t)(w->index * 100 + round)), out;
+        if (!g || tb_graph_compile(g, &plan, &hit) != TB_OK || tb_plan_run_tensors(plan, &x, &out) != TB_OK) {
+            w->failures++;
+        } else {
+            float sum = 0;
+            for (int64_t i = 0; i < n; i++)
+                sum += ((float *)tb_tensor_data(&out))[i];
+            w->failures += fabsf(sum - 1.0f) > 1e-4f;
+            tb_tensor_release(&out);
+        }
+        tb_tensor_release(&x);
+        tb_plan_release(plan);
+        tb_graph_free(g);
+    }
+    return NULL;
+}
+
+static void test_plan_cache_from_many_threads(void) {
+    enum { THREADS = 4 };
+    tb_plan_cache_clear();
+    TB_CHECK(tb_plan_cache_set_capacity(2, 2) == TB_OK);
+    pthread_t threads[THREADS];
+    cache_worker workers[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        workers[i] = (cache_worker){.index = i};
+        TB_CHECK(pthread_create(&threads[i], NULL, plan_cache_worker, &workers[i]) == 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        TB_CHECK_MSG(workers[i].failures == 0, "worker %d: %d failures", i, workers[i].failures);
+    }
+    TB_CHECK(tb_plan_cache_set_capacity(1024, 1024) == TB_OK);
+    tb_plan_cache_clear();
+}
+
 int main(void) {
     test_mlp_plan();
     test_elementwise_and_views();
@@ -424,5 +475,6 @@ int main(void) {
     test_in_place_respects_lifetimes();
     test_builder_errors();
     test_allocation_failures();
+    test_plan_cache_from_many_threads();
     return tb_test_finish("graph");
 }

@@ -348,6 +348,21 @@ static void test_sampler(void) {
         s = NULL;
         TB_CHECK(tb_llm_sampler_new(10, &bad[i], &s) == TB_ERR_INVALID_ARGUMENT && s == NULL);
     }
+    /* one NaN or inf logit is an error in greedy mode too (argmax would pick an arbitrary token) */
+    const float specials[2] = {NAN, INFINITY};
+    const float penalties[2] = {1.0f, 1.3f};
+    for (int v = 0; v < 2; v++)
+        for (int r = 0; r < 2; r++) {
+            tb_llm_sampling_default(&p);
+            p.repetition_penalty = penalties[r];
+            TB_CHECK(tb_llm_sampler_new(10, &p, &s) == TB_OK);
+            logits[7] = specials[v];
+            TB_CHECK(tb_llm_sampler_sample(s, logits, history, 3, &token) == TB_ERR_INVALID_ARGUMENT);
+            TB_CHECK(strstr(tb_error_message(), "not finite") != NULL);
+            TB_CHECK(tb_llm_sampler_probs(s, logits, history, 3, probs) == TB_ERR_INVALID_ARGUMENT);
+            logits[7] = 1.5f;
+            tb_llm_sampler_free(s);
+        }
 }
 
 /* ---- a whole tiny model on disk ---- */
@@ -479,6 +494,63 @@ static void check_incremental(const tb_llm_model *model, bool kv_f16, const char
     free(step);
 }
 
+
+/* Greedy, reproducible generation: begin() on a session that ran other calls gives logits bit-identical to
+ * a fresh session's, for the same prompt, for a prompt extending an earlier answer, and past one prefill
+ * chunk (256 positions, the unit of reuse). */
+static void begin_logits(tb_llm_session *s, const int32_t *prompt, int64_t count, float *logits, int32_t *answer,
+                         int answer_count, int64_t *reused) {
+    tb_llm_generate_desc desc = {.prompt = prompt, .prompt_count = count, .max_tokens = answer_count,
+                                 .reproducible = true};
+    tb_llm_sampling_default(&desc.sampling);
+    tb_llm_generation *g = NULL;
+    TB_CHECK(tb_llm_generation_begin(s, &desc, &g) == TB_OK);
+    if (!g)
+        return;
+    memcpy(logits, tb_llm_generation_logits(g), sizeof(float) * VOCAB);
+    tb_llm_finish finish = TB_LLM_FINISH_NONE;
+    for (int i = 0; i < answer_count; i++)
+        TB_CHECK(tb_llm_generation_next(g, &answer[i], &finish) == TB_OK);
+    tb_llm_stats stats;
+    tb_llm_generation_stats(g, &stats);
+    *reused = stats.reused_tokens;
+    tb_llm_generation_free(g);
+}
+
+static void check_reproducible(const tb_llm_model *model, const char *what) {
+    enum { T = 300, ANSWER = 8 };
+    int32_t tokens[T + ANSWER];
+    for (int i = 0; i < T; i++)
+        tokens[i] = (int32_t)((i * 13 + 5) % VOCAB);
+    float *mine = malloc(sizeof(float) * VOCAB), *fresh = malloc(sizeof(float) * VOCAB);
+    int32_t answer[ANSWER], fresh_answer[ANSWER];
+    tb_llm_session *s = NULL;
+    TB_CHECK(tb_llm_session_new(model, 400, false, &s) == TB_OK);
+    const int64_t lengths[4] = {18, 18, 270, 290};
+    for (int round = 0; round < 4 && s; round++) {
+        int64_t count = lengths[round], reused = 0, fresh_reused = 0;
+        if (round == 1) { /* the first answer becomes part of the prompt */
+            memcpy(tokens + count, answer, 3 * sizeof(int32_t));
+            count += 3;
+        }
+        begin_logits(s, tokens, count, mine, answer, ANSWER, &reused);
+        tb_llm_session *f = NULL;
+        TB_CHECK(tb_llm_session_new(model, 400, false, &f) == TB_OK);
+        if (f)
+            begin_logits(f, tokens, count, fresh, fresh_answer, ANSWER, &fresh_reused);
+        tb_llm_session_free(f);
+        TB_CHECK_MSG(memcmp(mine, fresh, sizeof(float) * VOCAB) == 0 &&
+                     memcmp(answer, fresh_answer, sizeof answer) == 0,
+                     "%s: %lld-token prompt after other calls (%lld reused) differs from a fresh session", what,
+                     (long long)count, (long long)reused);
+        if (round == 3)
+            TB_CHECK_MSG(reused == 256, "%s: reused %lld positions, expected one whole chunk", what, (long long)reused);
+    }
+    tb_llm_session_free(s);
+    free(mine);
+    free(fresh);
+}
+
 static void test_model(const char *root) {
     rng = 0x2545f4914f6cdd1dull; /* the same model whatever ran before */
     char dir[512], mistral[512], cache[512], broken[512];
@@ -502,6 +574,7 @@ static void test_model(const char *root) {
                                               HIDDEN * HEADS * HEAD_DIM + 3 * HIDDEN * INTER));
     check_incremental(model, false, "qwen f32");
     check_incremental(model, true, "qwen f32, f16 cache"); /* f16 keys vs f16 keys: same rounding both ways */
+    check_reproducible(model, "qwen f32");
 
     /* generation: greedy equals argmax of the logits; finish reasons */
     tb_llm_session *session = NULL;
@@ -573,6 +646,7 @@ static void test_model(const char *root) {
             TB_CHECK(info.cache_state == (load ? TB_LLM_CACHE_HIT : TB_LLM_CACHE_WRITTEN));
             TB_CHECK(info.decode_bytes_per_token < info.weight_bytes + 1);
             check_incremental(qm, false, q ? "int4" : "int8");
+            check_reproducible(qm, q ? "int4" : "int8");
             TB_CHECK(tb_llm_session_new(qm, 16, false, &session) == TB_OK);
             TB_CHECK(tb_llm_forward(session, ids, 8, targets[load], false) == TB_OK);
             tb_llm_session_free(session);

@@ -396,6 +396,12 @@ static void test_open_errors(void) {
     TB_CHECK(strstr(tb_error_message(), "missing.safetensors: cannot open") != NULL);
     TB_CHECK(tb_safetensors_open(temp_dir, &file) == TB_ERR_IO);
     TB_CHECK(strstr(tb_error_message(), "not a regular file") != NULL);
+    /* a FIFO with no writer: refused at once (opening it blocking would wait forever) */
+    const char *fifo = temp_path("fifo.safetensors");
+    TB_CHECK(mkfifo(fifo, 0600) == 0);
+    TB_CHECK(tb_safetensors_open(fifo, &file) == TB_ERR_IO);
+    TB_CHECK(strstr(tb_error_message(), "not a regular file (a FIFO)") != NULL);
+    unlink(fifo);
     const char *path = temp_path("short.safetensors");
     TB_CHECK(write_bytes(path, "\x10\0\0", 3));
     TB_CHECK(tb_safetensors_open(path, &file) == TB_ERR_FORMAT);

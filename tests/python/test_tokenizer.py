@@ -357,3 +357,27 @@ def test_component_variants(folders, variant, tmp_path):
     for text in texts[:200]:
         ids = hf.encode(text).ids
         assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=False), f"{variant}: {ascii(text)}"
+
+
+def test_many_added_tokens_match_the_oracle(tmp_path):
+    """Thousands of added tokens (duplicates, identical repeats, ones already in the vocabulary, config
+    extras) get the oracle's ids; loading them is linear (issue 15: it was quadratic, 40k tokens took 4 s;
+    `python -m torchburn.bench tokenizer --added-tokens` measures it)."""
+    oracle_module = pytest.importorskip("tokenizers")
+    vocab = {chr(c): i for i, c in enumerate(range(ord("a"), ord("z") + 1))}
+    added = [{"id": 1000 + i, "content": f"<tok{i}>", "special": i % 3 == 0, "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": i % 3 != 0} for i in range(12000)]
+    added += [dict(added[5]), dict(added[7], special=True), {"id": 0, "content": "a", "special": False, "single_word": False, "lstrip": False, "rstrip": False, "normalized": True}]
+    data = json.loads(_minimal(model={"type": "BPE", "vocab": vocab, "merges": []}))
+    data["added_tokens"] = added
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    config = {"added_tokens_decoder": {str(20000 + i): {"content": f"<extra{i}>", "special": True}
+                                      for i in range(3000)}}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    ours = Tokenizer.from_pretrained(tmp_path)
+    oracle = oracle_module.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    text = "ab<tok5>c<tok11999> <tok3>z<tok12000>" + "".join(f"<tok{i}>" for i in range(0, 12000, 997))
+    assert ours.encode(text) == oracle.encode(text).ids
+    for token_id in (0, 25, 26, 1005, 12025):
+        assert ours.id_to_token(token_id) == oracle.id_to_token(token_id)
+    assert ours.token_to_id("<extra2999>") == 26 + 12000 + 2999  # config extras follow, as transformers adds them

@@ -27,6 +27,7 @@ warnings), ``TORCHBURN_CACHE_SIZE`` / ``TORCHBURN_PREPARED_CACHE_SIZE`` (plan ca
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -129,26 +130,50 @@ def torchburn_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: 
 
 
 def register(name: str = "torchburn") -> None:
-    """Registers the backend with Dynamo under `name` (installing the package does this through its
-    ``torch_dynamo_backends`` entry point; this is for source checkouts and other names)."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    """Registers the backend with Dynamo under `name` (thread-safe; a no-op when a backend of that
+    name exists). ``import torchburn`` already registers ``"torchburn"``; this is for other names."""
+    from torch._dynamo.backends import registry
 
-    if name not in _COMPILER_FNS:
-        register_backend(torchburn_backend, name=name)
+    from .._registration import register_into
+
+    register_into(registry, name, None if name == "torchburn" else torchburn_backend)
 
 
 def compile(model: Any, **kwargs: Any) -> Any:  # noqa: A001 - mirrors torch.compile
-    """``torch.compile(model, backend="torchburn", **kwargs)``."""
+    """``torch.compile(model, backend="torchburn", **kwargs)``.
+
+    Warns (``UserWarning``) when `model` is wrapped in ``DistributedDataParallel``: on torch 2.13
+    Dynamo captures no graph through DDP's forward, so nothing would reach the backend and the model
+    would silently run in eager PyTorch. Compile the module, then wrap it:
+    ``DDP(torchburn.compile(model))`` (see docs/compile_backend.md)."""
+    _warn_if_unreachable(model)
     register()
     return torch.compile(model, backend="torchburn", **kwargs)
 
 
+def _warn_if_unreachable(model: Any) -> None:
+    if not (torch.distributed.is_available() and isinstance(model, torch.nn.Module)):
+        return
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        warnings.warn(
+            "torchburn.compile: the model is wrapped in DistributedDataParallel; torch.compile does not "
+            "capture a graph through DDP's forward (torch 2.13), so it would run in eager PyTorch without "
+            "reaching torchburn. Compile the module first, then wrap it: "
+            "DDP(torchburn.compile(model), ...)", UserWarning, stacklevel=3)
+
+
 def cache_stats() -> dict:
     """Statistics of the prepared-plan cache: ``{size, hits, misses, evictions, capacity}``, plus
-    ``graphs``, the same for the optimized-graph cache."""
+    ``graphs``, the same for the optimized-graph cache, and ``python_size``: the Plan objects that live
+    compiled models hold (TorchBurn's name for its Python-side plan cache; ours are the plans Dynamo
+    keeps alive through the compiled code)."""
     stats = _C.plan_cache_stats()
     prepared = dict(stats["prepared"])
     prepared["graphs"] = dict(stats["graphs"])
+    prepared["python_size"] = sum(len(region.plans_made()) for record in diagnostics.live_records()
+                                  for region in record.runners)
     return prepared
 
 
@@ -165,17 +190,62 @@ def set_cache_size(graphs: int = 0, prepared: int = 0) -> None:
 
 @dataclass
 class Explanation:
-    """What torchburn does with a model (see :func:`explain`)."""
+    """What torchburn did with a model (see :func:`explain`): what really ran natively, not only what
+    was lowered. A region counts as native when every call made so far ran its plan; a region that
+    ran in PyTorch on any call (its plan rejected the inputs or failed, or no plan ran) counts as
+    PyTorch, with the reason, and so do the nodes of regions that failed to lower. Regions not called
+    yet (a backward graph compiled ahead of its first use) count as neither.
+
+    ``native_share`` is native compute nodes / all compute nodes (views that PyTorch makes for free
+    outside any region are not counted)."""
 
     graphs: list = field(default_factory=list)  # GraphRecord per compiled ATen graph
 
+    def _runs(self) -> list:
+        """(graph, region index, native_runs, pytorch_runs, reason) per lowered region."""
+        return [(g, i, native, eager, reason) for g in self.graphs
+                for i, (native, eager, reason) in enumerate(g.region_runs())]
+
     @property
     def native_ops(self) -> dict:
-        return _merge(g.native_ops for g in self.graphs)
+        return _merge(g.region_ops[i] for g, i, native, eager, _ in self._runs() if native and not eager)
+
+    @property
+    def not_run_ops(self) -> dict:
+        """Ops of lowered regions that have not been called."""
+        return _merge(g.region_ops[i] for g, i, native, eager, _ in self._runs() if not native and not eager)
 
     @property
     def fallback_ops(self) -> dict:
-        return _merge(g.fallback_ops for g in self.graphs)
+        ran_in_pytorch = []
+        for g, i, native, eager, reason in self._runs():
+            if eager:
+                why = reason or "no plan ran"
+                ran_in_pytorch.append({f"{label} (region ran in PyTorch: {why})": count
+                                       for label, count in g.region_ops[i].items()})
+        return _merge([g.fallback_ops for g in self.graphs] + ran_in_pytorch)
+
+    @property
+    def runtime_fallbacks(self) -> list:
+        """Lowered regions that ran in PyTorch on some call: dicts with ``graph`` (kind), ``region``,
+        ``nodes``, ``native_runs``, ``pytorch_runs`` and ``reason``."""
+        return [{"graph": g.kind, "region": i, "nodes": sum(g.region_ops[i].values()), "native_runs": native,
+                 "pytorch_runs": eager, "reason": reason or "no plan ran"}
+                for g, i, native, eager, reason in self._runs() if eager]
+
+    @property
+    def native_nodes(self) -> int:
+        return sum(self.native_ops.values())
+
+    @property
+    def total_nodes(self) -> int:
+        return self.native_nodes + sum(self.fallback_ops.values())
+
+    @property
+    def native_share(self) -> float:
+        """Native compute nodes / all compute nodes (1.0 for a graph without compute nodes)."""
+        total = self.total_nodes
+        return self.native_nodes / total if total else 1.0
 
     @property
     def regions(self) -> list:
@@ -187,13 +257,17 @@ class Explanation:
                 if " <- " in line and ("+" in line.split(" <- ")[1] or "fused" in line)]
 
     def __str__(self) -> str:
-        lines = [f"{len(self.graphs)} graph(s), {len(self.regions)} native region(s)"]
+        lines = [f"{len(self.graphs)} graph(s), {len(self.regions)} native region(s), {self.native_nodes} of "
+                 f"{self.total_nodes} compute nodes ran natively ({100 * self.native_share:.1f} %)"]
         lines.append("native ops: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.native_ops.items())))
         fallback = self.fallback_ops
         lines.append("PyTorch ops: " + (", ".join(f"{k} x{v}" for k, v in sorted(fallback.items())) or "none"))
+        runs = {(id(g), i): (native, eager, reason) for g, i, native, eager, reason in self._runs()}
         for graph in self.graphs:
             for i, (nodes, description) in enumerate(zip(graph.regions, graph.fusions)):
-                lines.append(f"{graph.kind} region {i} ({len(nodes)} nodes):")
+                native, eager, reason = runs[(id(graph), i)]
+                ran = f"{native} native run(s), {eager} in PyTorch" + (f" ({reason})" if reason else "")
+                lines.append(f"{graph.kind} region {i} ({len(nodes)} nodes; {ran}):")
                 lines.extend("    " + line for line in description.splitlines())
             for nodes, reason in graph.failed_regions:
                 lines.append(f"{graph.kind} region of {len(nodes)} nodes in PyTorch: {reason}")

@@ -104,6 +104,9 @@ class Region:
         self.plans: dict = {}
         self.lock = threading.Lock()
         self.description = ""
+        self.specialized: list = []  # dynamic regions: every Plan made so far
+        self.eager_calls = 0  # calls that ran this region in PyTorch, for whatever reason
+        self.last_reason: Optional[str] = None
         self.__name__ = f"torchburn_{name}"  # FX names call targets after __name__
 
     # -- static regions --
@@ -117,6 +120,7 @@ class Region:
         return plan
 
     def eager(self, *args: Any) -> tuple:
+        self.eager_calls += 1
         out = self.gm(*args)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
@@ -126,9 +130,23 @@ class Region:
         reason = getattr(plan, "last_error", None) if plan is not None else None
         if reason is None:
             reason = "inputs differ from the compiled signature"
+        self.last_reason = reason
         debug("%s: this call runs in PyTorch (%s)", self.name, reason)
         warn_once(("region", self.name, reason), f"torchburn: region {self.name} ran in PyTorch: {reason}")
         return self.eager(*args)
+
+    def plans_made(self) -> list:
+        return ([self.plan] if self.plan is not None else []) + self.specialized
+
+    def run_seconds(self) -> float:
+        """Seconds spent inside this region's plans (kernels only, not the call overhead)."""
+        return sum(p.run_seconds for p in self.plans_made())
+
+    def run_counts(self) -> tuple:
+        """(native_runs, pytorch_runs, last reason for a PyTorch run): calls so far that ran a plan and
+        calls that ran this region in PyTorch (a plan's fallback, or no plan at all)."""
+        native = sum(max(p.calls - p.fallbacks, 0) for p in self.plans_made())
+        return native, self.eager_calls, self.last_reason
 
     # -- dynamic regions: one plan per concrete signature --
 
@@ -143,6 +161,7 @@ class Region:
                     plan = self._specialize(args)
                     self.plans[key] = plan
         if plan is Region._EAGER:
+            self.last_reason = "this input signature could not be specialized"
             return self.eager(*args)
         return plan(*[a for a in args if isinstance(a, torch.Tensor)])
 
@@ -158,13 +177,18 @@ class Region:
               [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args], "hit" if hit else "compiled")
         tensor_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
 
-        def eager_tensors_only(*tensors: Any) -> tuple:
+        def eager_with(*tensors: Any) -> tuple:
             full = list(args)
             for position, tensor in zip(tensor_positions, tensors):
                 full[position] = tensor
             return self.eager(*full)
 
+        def eager_tensors_only(*tensors: Any) -> tuple:
+            self.last_reason = getattr(plan, "last_error", None) or "inputs differ from the compiled signature"
+            return eager_with(*tensors)
+
         plan.fallback = eager_tensors_only
+        self.specialized.append(plan)
         self.description = description
         out_node = next(n for n in self.gm.graph.nodes if n.op == "output")
         layouts = [_layout_strides(metas.get(o)) for o in out_node.args[0]]
@@ -207,6 +231,17 @@ def _restride(tensor: torch.Tensor, strides: tuple) -> torch.Tensor:
         return tensor
     result = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device)
     return result.copy_(tensor)
+
+
+def _torch_outputs(target: Callable) -> Callable:
+    """A region without inputs (constants such as ``torch.zeros(1, 3)``): with no input tensor to take
+    the output type from, a plan returns torchburn Tensors; the code after the region needs torch's."""
+
+    def run() -> tuple:
+        return tuple(torch.from_dlpack(t) for t in target())
+
+    run.__name__ = getattr(target, "__name__", "torchburn_constants")
+    return run
 
 
 def _concrete_metas(gm: torch.fx.GraphModule, args: tuple) -> dict:
@@ -269,6 +304,39 @@ def _extract(gm: torch.fx.GraphModule, part: set, name: str, all_placeholders: b
     return torch.fx.GraphModule(gm, sub, class_name=name), inputs, outputs
 
 
+def op_label(node: torch.fx.Node) -> str:
+    return str(node.target).replace("aten.", "")
+
+
+def _source(node: torch.fx.Node) -> torch.fx.Node:
+    """The multi-output node a getitem reads (the node itself otherwise)."""
+    while node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    return node
+
+
+def _makes_tensors(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_makes_tensors(v) for v in value)
+    return isinstance(value, torch.Tensor)
+
+
+def _op_counts(nodes: Any) -> dict:
+    """Op name -> count over compute nodes (getitems are part of their source)."""
+    counts: dict = {}
+    for node in nodes:
+        if node.op == "call_function" and node.target is not operator.getitem:
+            counts[op_label(node)] = counts.get(op_label(node), 0) + 1
+    return counts
+
+
+def _record_failure(record: GraphRecord, node_names: list, ops: dict, reason: str) -> None:
+    record.failed_regions.append((node_names, reason))
+    for label, count in ops.items():
+        key = f"{label} (in a region that failed to lower)"
+        record.fallback_ops[key] = record.fallback_ops.get(key, 0) + count
+
+
 def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
     """Partitions an ATen graph, builds its regions and rewrites it. Returns (callable, whole_plan)
     where whole_plan is the single Plan when the whole graph is one static region whose inputs are
@@ -281,19 +349,19 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
     partitions = [p for p in partitions if any(n.target not in lowering.VIEW_TARGETS for n in p)]
     in_partition = set().union(*partitions) if partitions else set()
     for node in gm.graph.nodes:
-        if node.op != "call_function":
+        if node.op != "call_function" or node.target is operator.getitem or node in in_partition:
             continue
-        label = str(node.target).replace("aten.", "")
-        if node.target is operator.getitem:
-            continue
-        if node in in_partition:
-            record.native_ops[label] = record.native_ops.get(label, 0) + 1
-        elif node in support.reasons:
+        if not _makes_tensors(lowering.meta(node)):
+            continue  # Python scalar arithmetic (sizes): nothing to compute natively
+        if node in support.reasons:
             reason = support.reasons[node]
             record.fallback_ops[reason] = record.fallback_ops.get(reason, 0) + 1
             warn_once(("op", reason), f"torchburn: {reason} runs in PyTorch (not supported natively)")
 
     calls = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    computes = [(n, n.name, op_label(n), [_source(a).name for a in n.all_input_nodes]) for n in gm.graph.nodes
+                if n.op == "call_function" and n.target is not operator.getitem and _makes_tensors(lowering.meta(n))]
+    region_of: dict = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     all_tensors = all(isinstance(lowering.meta(p), torch.Tensor) for p in placeholders)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -302,10 +370,11 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
         name = f"region{index}"
         node_names = [n.name for n in gm.graph.nodes if n in part]
         whole = len(partitions) == 1 and len(part) == calls and all_tensors
+        ops = _op_counts(part)
         try:
             sub_gm, inputs, outputs = _extract(gm, part, name, all_placeholders=whole)
         except Exception as error:  # noqa: BLE001
-            record.failed_regions.append((node_names, str(error)))
+            _record_failure(record, node_names, ops, str(error))
             continue
         dynamic = any(_has_symbols(lowering.meta(n)) for n in list(part) + inputs)
         region = Region(name, sub_gm, node_names, dynamic)
@@ -316,12 +385,21 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
             try:
                 target = region.build_static()
             except Exception as error:  # noqa: BLE001 - the region stays in PyTorch
-                record.failed_regions.append((node_names, f"{type(error).__name__}: {error}"))
+                _record_failure(record, node_names, ops, f"{type(error).__name__}: {error}")
                 warn_once(("lowering", type(error).__name__, str(error)[:80]),
                           f"torchburn: a region of {len(part)} ops runs in PyTorch: {error}")
                 continue
+        if not inputs:
+            target = _torch_outputs(target)
         record.regions.append(node_names)
         record.fusions.append(region.description)
+        for node in part:
+            region_of[node] = len(record.runners)
+        record.region_ops.append(ops)
+        record.runners.append(region)
+        region.record, region.record_index = record, len(record.runners) - 1
+        for label, count in ops.items():
+            record.native_ops[label] = record.native_ops.get(label, 0) + count
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         with gm.graph.inserting_before(out_node):
             call = gm.graph.call_function(target, tuple(inputs))
@@ -344,10 +422,13 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
                     and len(returned) == len(outputs) and list(inputs) == placeholders
                     and isinstance(out_node.args[0], tuple) and len(items) == len(outputs)):
                 whole_plan = target
+    record.nodes = [(name, label, inputs, region_of.get(n), support.reasons.get(n))
+                    for n, name, label, inputs in computes]
     legalize_graph(gm)
     gm.graph.lint()
     gm.recompile()
     diagnostics.Recorder.record(record)
+    diagnostics.track(record)
     debug("%s graph: %d native ops in %d regions, %d ops in PyTorch %s", kind, sum(record.native_ops.values()),
           len(record.regions), sum(record.fallback_ops.values()), dict(record.fallback_ops) or "")
     return gm, whole_plan

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+import weakref
 import warnings
 from dataclasses import dataclass, field
 from typing import Optional
@@ -59,16 +60,52 @@ def warn_once(kind: str, message: str) -> None:
         warnings.warn(message, TorchburnFallbackWarning, stacklevel=3)
 
 
-@dataclass
+@dataclass(eq=False)
 class GraphRecord:
-    """What the backend did with one ATen graph."""
+    """What the backend did with one ATen graph.
+
+    ``native_ops``/``regions``/``fusions`` describe the regions that were lowered to plans (at compile
+    time); ``fallback_ops`` the nodes left to PyTorch then, by reason (unsupported ops, and the nodes of
+    regions whose lowering failed, listed with their reason in ``failed_regions``). Whether a lowered
+    region really ran natively is only known after calls: :meth:`region_runs` reads the live counters
+    of each region's plan(s)."""
 
     kind: str  # "inference", "forward" or "backward"
-    native_ops: dict = field(default_factory=dict)  # op name -> count
+    native_ops: dict = field(default_factory=dict)  # op name -> count (in lowered regions)
     fallback_ops: dict = field(default_factory=dict)  # op name (with reason) -> count
-    regions: list = field(default_factory=list)  # per region: list of FX node names
-    fusions: list = field(default_factory=list)  # per region: the plan's step listing
+    regions: list = field(default_factory=list)  # per lowered region: list of FX node names
+    fusions: list = field(default_factory=list)  # per lowered region: the plan's step listing
     failed_regions: list = field(default_factory=list)  # (node names, reason)
+    region_ops: list = field(default_factory=list)  # per lowered region: op name -> count
+    runners: list = field(default_factory=list)  # per lowered region: its compiler.Region
+    # compute nodes in graph order: (name, op name, input node names, lowered region index or None,
+    # why it is not supported natively or None)
+    nodes: list = field(default_factory=list)
+
+    def region_runs(self) -> list:
+        """Per lowered region: ``(native_runs, fallbacks, reason)`` so far — calls that ran the plan,
+        calls that went to PyTorch, and the last reason a call went to PyTorch (None if none did)."""
+        return [runner.run_counts() for runner in self.runners]
+
+
+# Every GraphRecord with a lowered region stays reachable while its compiled model lives (each Region
+# holds its record), for torchburn.profiling_stats() / coverage_report(); compile-time fallbacks are
+# summed here because a graph without regions keeps no record alive.
+LIVE_RECORDS: "weakref.WeakSet[GraphRecord]" = weakref.WeakSet()
+COMPILE_FALLBACKS: dict = {}
+
+
+def track(record: GraphRecord) -> None:
+    with _lock:
+        if record.runners:
+            LIVE_RECORDS.add(record)
+        for key, count in record.fallback_ops.items():
+            COMPILE_FALLBACKS[key] = COMPILE_FALLBACKS.get(key, 0) + count
+
+
+def live_records() -> list:
+    with _lock:
+        return list(LIVE_RECORDS)
 
 
 class Recorder:

@@ -12,6 +12,7 @@ Scalars become node params; tensor data never enters a graph (parameters are pla
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -23,7 +24,9 @@ from .. import _C
 aten = torch.ops.aten
 
 _TABLE = _C.graph_op_table()
-UNARY = {name: i for i, name in enumerate(_TABLE["unary"])}
+UNARY: dict = {}
+for _i, _name in enumerate(_TABLE["unary"]):  # a table op that also has a SIMD kernel: the kernel (first)
+    UNARY.setdefault(_name, _i)
 BINARY = {name: i for i, name in enumerate(_TABLE["binary"])}
 COMPARE = {name: i for i, name in enumerate(_TABLE["compare"])}
 REDUCE = {name: i for i, name in enumerate(_TABLE["reduce"])}
@@ -249,6 +252,8 @@ def support(node: torch.fx.Node) -> tuple:
                 if user.target is operator.getitem and not user.users:
                     continue
                 return False, f"{name} (output {user.args[1] if user.target is operator.getitem else '?'} used)"
+    if node.target not in EMPTY_INPUT_OK and _empty_input_nonempty_output(node):
+        return False, f"{name} (empty input)"
     if rule_.check is not None:
         try:
             if not rule_.check(node):
@@ -258,9 +263,31 @@ def support(node: torch.fx.Node) -> tuple:
     return True, name
 
 
+def _numel(value: Any) -> Optional[int]:
+    shape = static_shape(value) if is_tensor(value) else None
+    return None if shape is None else math.prod(shape)
+
+
+def _empty_input_nonempty_output(node: torch.fx.Node) -> bool:
+    """Whether the node reads an empty tensor and writes a non-empty one (a reduction over nothing, say):
+    only the ops in EMPTY_INPUT_OK are known to handle that natively."""
+    out = meta(node)
+    if isinstance(out, (tuple, list)) or _numel(out) == 0:
+        return False
+    return any(_numel(meta(arg)) == 0 for arg in _tensor_args(node))
+
+
 def lower_node(builder: Builder, node: torch.fx.Node) -> None:
-    """Emits the graph nodes of one FX node into builder.values, cross-checking the result."""
+    """Emits the graph nodes of one FX node into builder.values, cross-checking the result.
+
+    A node whose single output is empty becomes a ``full`` of that shape whatever its op: an empty
+    tensor has no values to compute, and a plan never has to read an empty tensor (whose data pointer
+    may be NULL, as for the ``torch.tensor([])`` a transformers cache starts from)."""
     builder.node = node
+    out = builder.meta(node)
+    if node.target is not operator.getitem and _numel(out) == 0 and out.dtype in DTYPE_NAMES:
+        builder.values[node] = builder.full(0.0, DTYPE_NAMES[out.dtype], static_shape(out))
+        return
     if node.target is operator.getitem:
         source = builder.values.get(node.args[0])
         if not isinstance(source, tuple):
@@ -291,6 +318,10 @@ def _cross_check(builder: Builder, node: torch.fx.Node, value: int, expected: An
             f"{node.name}: torchburn infers {dtype}{list(shape)}, PyTorch has {expected.dtype}{list(expected.shape)}"
         )
 
+
+# Ops that read empty inputs correctly when their output is not empty (matmul over K = 0 gives zeros;
+# cat skips empty pieces).
+EMPTY_INPUT_OK = {aten.cat.default, aten.mm.default, aten.bmm.default}
 
 # Nodes that only rearrange or name data: a region made of these alone is not worth a plan.
 VIEW_TARGETS = {

@@ -212,7 +212,44 @@ def _attention_check(n: torch.fx.Node) -> bool:
     q = meta(n.args[0])
     if mask is not None and meta(mask).dtype not in (torch.bool, torch.float32):
         return False
-    return float(dropout) == 0.0 and len(q.shape) in (3, 4) and not n.kwargs.get("enable_gqa", False)
+    if float(dropout) != 0.0 or len(q.shape) not in (3, 4):
+        return False
+    q_heads, kv_heads = _heads(q, meta(n.args[1]))
+    return q_heads == kv_heads or (len(q.shape) == 4 and kv_heads > 0 and q_heads % kv_heads == 0)
+
+
+def _heads(q: torch.Tensor, k: torch.Tensor) -> tuple:
+    """(query heads, key/value heads) of [B, H, T, D] tensors (1, 1 for 3-D)."""
+    return (int(q.shape[1]), int(k.shape[1])) if len(q.shape) == 4 else (1, 1)
+
+
+def _repeated_kv_source(b: Builder, arg: torch.fx.Node, q_heads: int) -> Optional[torch.fx.Node]:
+    """x when `arg` is transformers' ``repeat_kv(x, n)``: x[:, :, None] expanded to [B, Hkv, n, T, D]
+    (cloned when reshaped) and viewed as [B, Hkv * n, T, D]. The attention kernel reads x once per
+    query-head group instead (grouped-query attention), so the repeated copy is never made."""
+    node = arg
+    if node.op != "call_function" or node.target not in (aten.view.default, aten._unsafe_view.default,
+                                                         aten.reshape.default):
+        return None
+    node = node.args[0]
+    if isinstance(node, torch.fx.Node) and node.target in (aten.clone.default, aten.contiguous.default):
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or node.target != aten.expand.default:
+        return None
+    unsqueezed = node.args[0]
+    if not isinstance(unsqueezed, torch.fx.Node) or unsqueezed.target != aten.unsqueeze.default:
+        return None
+    source = unsqueezed.args[0]
+    if not isinstance(source, torch.fx.Node) or source not in b.values or int(unsqueezed.args[1]) not in (2, -3):
+        return None
+    source_shape, expanded = b.shape(source), b.shape(node)
+    if len(source_shape) != 4 or len(expanded) != 5:
+        return None
+    batch, kv_heads, length, dim = source_shape
+    if expanded[:2] != (batch, kv_heads) or expanded[3:] != (length, dim) or b.shape(arg) != (
+            batch, q_heads, length, dim) or expanded[2] * kv_heads != q_heads:
+        return None
+    return source
 
 
 def _layout_of(value: torch.Tensor) -> Optional[list]:
@@ -247,8 +284,14 @@ def _attention(b: Builder, n: torch.fx.Node) -> Any:
     out_meta = b.meta(n)
     out_meta = out_meta[0] if isinstance(out_meta, (tuple, list)) else out_meta
     layout = _layout_of(out_meta) if len(out_meta.shape) == 4 else None
+    q_heads, _ = _heads(b.meta(q), b.meta(k))
+    if len(b.shape(q)) == 4:
+        k = _repeated_kv_source(b, k, q_heads) or k
+        v = _repeated_kv_source(b, v, q_heads) or v
+    kv_heads = _heads(b.meta(q), b.meta(k))[1]
     inputs = [b.value(q), b.value(k), b.value(v)] + ([b.value(mask)] if mask is not None else [])
-    params = {"causal": int(bool(causal)), "has_mask": int(mask is not None), "scale": scale}
+    params = {"causal": int(bool(causal)), "has_mask": int(mask is not None), "scale": scale,
+              "enable_gqa": int(q_heads != kv_heads or q_heads != _heads(b.meta(q), b.meta(v))[1])}
     if layout:
         params["layout"] = layout
     out = b.add("attention", inputs, params)
@@ -292,8 +335,15 @@ def _embedding_backward(b: Builder, n: torch.fx.Node) -> int:
                  {"num_weights": int(num_weights), "padding_idx": int(padding_idx), "scale_grad_by_freq": int(scale)})
 
 
+def _cat_pieces(n: torch.fx.Node) -> list:
+    """The tensors cat really joins: PyTorch skips 1-D empty tensors among n-D ones (the legacy rule a
+    transformers cache relies on when it starts from ``torch.tensor([])``)."""
+    ndim = len(meta(n).shape)
+    return [t for t in n.args[0] if ndim == 1 or tuple(meta(t).shape) != (0,)]
+
+
 def _cat_check(n: torch.fx.Node) -> bool:
-    tensors = n.args[0]
+    tensors = _cat_pieces(n)
     dtypes = {meta(t).dtype for t in tensors}
     shapes = {len(meta(t).shape) for t in tensors}
     return len(dtypes) == 1 and len(shapes) == 1 and 0 < len(tensors) <= 64
@@ -302,7 +352,10 @@ def _cat_check(n: torch.fx.Node) -> bool:
 @rule(aten.cat.default, check=_cat_check, dtypes=FLOATS + (torch.bool,))
 def _cat(b: Builder, n: torch.fx.Node) -> int:
     dim = int(n.args[1]) if len(n.args) > 1 else int(n.kwargs.get("dim", 0))
-    return b.add("cat", [b.value(t) for t in n.args[0]], {"dim": dim})
+    pieces = _cat_pieces(n)
+    if len(pieces) == 1:
+        return b.value(pieces[0])
+    return b.add("cat", [b.value(t) for t in pieces], {"dim": dim})
 
 
 @rule(aten.stack.default, check=lambda n: 0 < len(n.args[0]) <= 64, dtypes=FLOATS + (torch.bool,))

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import torch
 
+from .. import _C
 from .lowering import ANY, BINARY, COMPARE, FLOATS, REDUCE, UNARY, Builder, LoweringError, is_tensor, meta, rule
 
 aten = torch.ops.aten
@@ -178,6 +179,16 @@ _UNARY_TARGETS = {
 
 def _is_bool_only(n: torch.fx.Node) -> bool:
     return n.target != aten.bitwise_not.default or meta(n).dtype == torch.bool
+
+
+# Every other parameter-free op of the op table (include/torchburn/op_table.h) lowers by its name: the
+# graph evaluates table ops by their scalar formulas, so a new table op is lowerable with no edit here.
+_TABLE_PARAMETRIC = {"softplus", "elu", "celu", "leaky_relu", "hardtanh", "logit", "round", "nan_to_num", "clamp",
+                     "pow_scalar", "gelu", "gelu_tanh", "bitwise_not", "sgn"}
+for _name, (_arity, _kind) in _C._tt_op_kinds().items():
+    _packet = getattr(aten, _name, None)
+    if _arity == "unary" and _name not in _TABLE_PARAMETRIC and _packet is not None and hasattr(_packet, "default"):
+        _UNARY_TARGETS.setdefault(_packet.default, _name)
 
 
 @rule(*_UNARY_TARGETS, check=_is_bool_only)

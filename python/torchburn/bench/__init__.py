@@ -1,6 +1,6 @@
 """Benchmarks, run as ``python -m torchburn.bench SUITE``: each prints a table of medians measured
 side by side with the peer (PyTorch eager, inductor, HF tokenizers) in the same process, together with
-the machine facts. Suites: ``kernels``, ``quant``, ``tokenizer``, ``compile``."""
+the machine facts. Suites: ``kernels``, ``quant``, ``tokenizer``, ``compile``, ``gpu``."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile,serve} [options]."""
+"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile,eager,gpu,serve} [options]."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,8 @@ SUITES = {
     "quant": ("torchburn.bench_quant", "run_quant_benchmark"),
     "tokenizer": ("torchburn.bench_tokenizer", "run_tokenizer_benchmark"),
     "compile": ("torchburn.bench.compile", "main"),
+    "eager": ("torchburn.bench.eager", "main"),
+    "gpu": ("torchburn.bench.gpu", "main"),
     "serve": ("torchburn.bench.serve", "main"),
 }
 

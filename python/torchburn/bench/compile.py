@@ -11,7 +11,8 @@ once by Dynamo before either compiler is timed on it.
 A second table gives torchburn's per-call overhead for a cached plan: the wall time of a call minus the
 time spent inside the plan's steps (the plan object accumulates it), i.e. importing the inputs and
 allocating and exporting the outputs, against the target 5 us + 0.3 us per input/output; and the same
-for the torch.compile'd call beyond the plan's own overhead (Dynamo's guards and wrappers).
+for the torch.compile'd call beyond the plan's own overhead (Dynamo's guards and wrappers). A third
+table gives the fixed cost of a cached compiled call on 8 floats against eager and Dynamo's floors.
 
 Models: seed (Linear 512->1024, GELU, Linear 1024->256; batch 32), mlp (the README MLP 784->256->10;
 batch 64), resmlp (3 pre-norm residual blocks with SiLU, d 256; batch 64), cnn (3x conv/bn/relu,
@@ -219,6 +220,29 @@ def synthetic_overhead(torch: Any, count: int, seconds: float) -> dict:
             "inputs_outputs": 2 * count, "target_s": 5e-6 + 0.3e-6 * 2 * count}
 
 
+def fixed_cost(torch: Any, seconds: float) -> list:
+    """The fixed cost of a cached compiled call on 8 floats (``a + b``, ``relu(a * b + a)``): eager;
+    Dynamo with a backend that computes nothing (returns a constant: Dynamo's own floor, guards and
+    frame handling); Dynamo with a backend returning a Python function that calls the same torch ops
+    (the floor of any backend that computes); torchburn; inductor. Per-call medians of the quietest
+    block, calls interleaved. Rows of (workload, {implementation: seconds})."""
+    a, b = torch.randn(8), torch.randn(8)
+    workloads = {"a + b": (lambda x, y: x + y, lambda x, y: (torch.add(x, y),)),
+                 "relu(a * b + a)": (lambda x, y: torch.relu(x * y + x), lambda x, y: (torch.relu(x * y + x),))}
+    rows = []
+    for name, (fn, python_backend_fn) in workloads.items():
+        compiled = {}
+        for label, backend in (("Dynamo, constant backend", lambda gm, example: (lambda *args: [a])),
+                               ("Dynamo, Python backend", lambda gm, example, f=python_backend_fn: f),
+                               ("torchburn", "torchburn"), ("inductor", "inductor")):
+            torch._dynamo.reset()
+            compiled[label] = torch.compile(fn, backend=backend)
+            compiled[label](a, b)
+        times = interleaved_medians({"eager": fn, **compiled}, (a, b), seconds)
+        rows.append((name, {label: value[1] for label, value in times.items()}))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchburn.bench compile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         overhead_rows.append([f"synthetic: {count} x (4 floats -> x2)", str(overhead["inputs_outputs"]),
                               format_time(overhead["bare_run_s"]), format_time(overhead["overhead_s"]),
                               format_time(overhead["target_s"]), "-"])
+    with torch.no_grad():
+        fixed = fixed_cost(torch, min(args.seconds, 0.5))
+    records.append({"model": "fixed cost", "rows": [{"workload": w, **t} for w, t in fixed]})
     if args.json:
         print(json.dumps({"machine": machine_facts(), "results": records}, indent=2))
         return 0
@@ -329,6 +356,13 @@ def main(argv: list[str] | None = None) -> int:
         print("counts it), i.e. importing inputs, allocating and exporting outputs; Dynamo guards = the same for")
         print("the torch.compile'd call, minus the plan's overhead (Dynamo's guards and wrappers):\n")
         print_table(["model", "inputs+outputs", "bare run", "overhead", "target", "Dynamo guards"], overhead_rows)
+    print("\nfixed cost of a cached compiled call on 8 floats (median of the quietest block): Dynamo with a")
+    print("backend that returns a constant is Dynamo's own floor; with one that returns a Python function")
+    print("calling the same torch ops, the floor of any backend that computes:\n")
+    labels = list(fixed[0][1])
+    print_table(["workload"] + labels + ["torchburn - Python backend"],
+                [[w] + [format_time(t[k]) for k in labels] + [format_time(t["torchburn"] - t["Dynamo, Python backend"])]
+                 for w, t in fixed])
     return 0
 
 

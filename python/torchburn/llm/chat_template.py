@@ -155,7 +155,7 @@ def render_chat(
     """Renders ``messages`` with ``template`` like ``tokenizer.apply_chat_template(messages,
     tokenize=False, add_generation_prompt=...)``. ``special_tokens`` maps ``bos_token``, ``eos_token``,
     ... to their strings (transformers passes the tokenizer's special tokens map). Template errors
-    (including ``raise_exception``) raise ``ValueError``."""
+    (including ``raise_exception``) and Python errors inside the template's expressions raise ``ValueError``."""
     import jinja2
 
     chat = _alias_reasoning(_plain(validate_messages(messages)))
@@ -171,3 +171,7 @@ def render_chat(
         )
     except jinja2.exceptions.TemplateError as error:
         raise ValueError(f"chat template error: {error}") from error
+    except (ArithmeticError, TypeError, AttributeError, LookupError, ValueError, SyntaxError, RecursionError) as error:
+        # Python errors raised by the template's own expressions ('x' + 1, 1 / 0, a loop control outside a
+        # loop, unbounded macro recursion): the template is broken, not the caller's arguments
+        raise ValueError(f"chat template error: {type(error).__name__}: {error}") from error

@@ -20,7 +20,9 @@ def _common(parser: argparse.ArgumentParser, max_tokens: int) -> None:
                         help=f"model folder or Hugging Face repo id in the local cache (default: {DEFAULT_MODEL})")
     parser.add_argument("--quant", "-q", default="int4", choices=["int4", "int8", "none"],
                         help="weight format (default: int4; quantized weights are cached)")
-    parser.add_argument("--device", "-d", default="auto", help="auto or cpu (default: auto; TORCHBURN_DEVICE honoured)")
+    parser.add_argument("--device", "-d", default="auto",
+                        help="auto or cpu (default: auto; TORCHBURN_DEVICE honoured); gpu is refused with the reason "
+                             "until the LLM forward runs on the Vulkan engine")
     parser.add_argument("--threads", type=int, default=None, help="kernel threads (default: physical cores)")
     parser.add_argument("--group-size", type=int, default=64, choices=[32, 64, 128, 256], help="int4 group size")
     parser.add_argument("--max-seq-len", type=int, default=None, help="context positions (default: the model's)")
@@ -91,6 +93,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         llm = _load(args)
         if args.command == "chat":
+            if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 become U+FFFD, not an exit
+                sys.stdin.reconfigure(errors="replace")
             llm.chat(system_prompt=args.system, **_sampling(args))
         elif args.command == "generate":
             prompt = args.prompt

@@ -77,7 +77,7 @@ def resolve_model_path(
         raise ValueError("model_id_or_path is empty")
     local = Path(text).expanduser()
     if local.is_dir():
-        if not (local / "config.json").is_file():
+        if not os.path.lexists(local / "config.json"):  # a FIFO or folder there is reported by the C reader
             raise ModelNotFoundError(f"{str(local)!r} is a folder but has no config.json (not a Hugging Face model folder)")
         return local.resolve()
     if local.exists():

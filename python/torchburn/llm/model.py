@@ -26,7 +26,7 @@ from .. import _C
 from ..tokenizer import Tokenizer
 from .chat_template import render_chat, validate_messages
 from .hub import ModelNotFoundError, resolve_model_path
-from .quant_cache import cache_entry
+from .quant_cache import cache_entry, remove_stale_temp_files
 
 __all__ = ["LLM", "Prompt"]
 
@@ -34,6 +34,7 @@ Message = Mapping[str, Any]
 Prompt = Union[str, Sequence[Message]]
 
 QUANTS = ("int4", "int8", "none")
+_INT64_MAX = 2**63 - 1
 DEVICES = ("auto", "cpu", "gpu")
 
 
@@ -47,9 +48,15 @@ def _resolve_device(device: str) -> str:
     if requested in ("auto", "cpu"):
         return "cpu"
     if requested in ("gpu", "cuda", "wgpu", "igpu", "dgpu", "vulkan", "metal"):
+        from ..gpu import gpu_info
+
         source = f"TORCHBURN_DEVICE={env!r}" if device.lower() == "auto" else f"device={device!r}"
+        info = gpu_info()
+        if not info["available"]:
+            raise ValueError(f"{source}: no usable GPU ({info['reason']}); use device='cpu' or 'auto'")
         raise ValueError(
-            f"{source}: torchburn has no GPU engine yet (torchburn.gpu_available() is False); use device='cpu' or 'auto'"
+            f"{source}: the LLM forward does not run on the Vulkan engine yet (GPU {info['adapter_name']!r} is "
+            "present); use device='cpu' or 'auto'"
         )
     raise ValueError(f"unknown device {device!r}; expected 'auto' or 'cpu'")
 
@@ -60,6 +67,8 @@ def _check_sampling(max_tokens: Any, temperature: Any, top_p: Any, top_k: Any, m
         raise ValueError(f"max_tokens must be an int, not {type(max_tokens).__name__}")
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if max_tokens > _INT64_MAX:
+        raise ValueError(f"max_tokens must be at most 2**63 - 1, got {max_tokens}")
     for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p),
                         ("repetition_penalty", repetition_penalty)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -68,6 +77,8 @@ def _check_sampling(max_tokens: Any, temperature: Any, top_p: Any, top_k: Any, m
             raise ValueError(f"{name} must be finite, got {value}")
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise ValueError(f"top_k must be an int, not {type(top_k).__name__}")
+    if not 0 <= top_k <= _INT64_MAX:
+        raise ValueError(f"top_k must be >= 0 (0 keeps every token) and at most 2**63 - 1, got {top_k}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an int or None, not {type(seed).__name__}")
 
@@ -155,7 +166,7 @@ class LLM:
                 tied LM head included; the result is cached under ``TORCHBURN_CACHE_DIR`` or
                 ``~/.cache/torchburn`` and memory-mapped on the next load.
             device: ``"auto"`` or ``"cpu"`` (``TORCHBURN_DEVICE`` is honoured for ``"auto"``); ``"gpu"`` is an
-                error until a GPU engine exists.
+                error naming the reason (no usable GPU, or: the LLM does not run on the Vulkan engine yet).
             num_threads: sets torchburn's (process-wide) kernel thread count.
             max_seq_len: positions the KV cache may hold (default: ``max_position_embeddings``; the cache
                 grows on demand).
@@ -180,9 +191,9 @@ class LLM:
                 raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
             _C.set_num_threads(num_threads)
         path = resolve_model_path(model_id_or_path, cache_dir=cache_dir, local_files_only=local_files_only)
-        if not (path / "tokenizer.json").is_file():
+        if not os.path.lexists(path / "tokenizer.json"):  # present but not a file: the C reader names the problem
             raise ModelNotFoundError(f"{str(path)!r} has no tokenizer.json (only Hugging Face 'fast' tokenizers are supported)")
-        if not (path / "model.safetensors").is_file() and not (path / "model.safetensors.index.json").is_file():
+        if not os.path.lexists(path / "model.safetensors") and not os.path.lexists(path / "model.safetensors.index.json"):
             raise ModelNotFoundError(
                 f"{str(path)!r} has no model.safetensors or model.safetensors.index.json (only safetensors checkpoints load; "
                 "pickled .bin weights are never read)"
@@ -190,6 +201,8 @@ class LLM:
         cache_path, cache_key = (None, "")
         if quant != "none":
             cache_path, cache_key = cache_entry(path, quant, group_size)
+            if cache_path is not None:
+                remove_stale_temp_files(cache_path)
         progress = None if quiet else _progress_bar(f"quantizing to {quant}" if quant != "none" else "loading")
         try:
             handle = _C._LLMModel.load(
@@ -206,7 +219,11 @@ class LLM:
                 progress.close()
         info = handle.info
         if info["cache"] == "write_failed" and not quiet:
-            print(f"torchburn: could not save the quantized cache: {info['cache_message']}", file=sys.stderr)
+            print(f"torchburn: could not save the quantized cache (every load will quantize again): "
+                  f"{info['cache_message']}", file=sys.stderr)
+        elif info["cache"] == "rebuilt" and not quiet:
+            print(f"torchburn: warning: the quantized cache {info['cache_message']}; quantized again and rewrote it",
+                  file=sys.stderr)
         self = object.__new__(cls)
         self._model = handle
         self.config = handle.config
@@ -293,18 +310,24 @@ class LLM:
 
     def _sampling_args(self, max_tokens, temperature, top_p, top_k, min_p, repetition_penalty, seed):
         _check_sampling(max_tokens, temperature, top_p, top_k, min_p, repetition_penalty, seed)
+        # greedy and seeded calls must not depend on what the session ran before (see docs/llm.md)
+        reproducible = temperature == 0 or top_k == 1 or seed is not None
         if seed is None:
             seed = random.SystemRandom().getrandbits(64)
         return dict(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
-                    min_p=float(min_p), repetition_penalty=float(repetition_penalty), seed=seed & (2**64 - 1))
+                    min_p=float(min_p), repetition_penalty=float(repetition_penalty), seed=seed & (2**64 - 1),
+                    reproducible=reproducible)
 
     def _stop_ids(self, stop_token_ids: Optional[Sequence[int]]) -> list[int]:
         if stop_token_ids is None:
             return list(self.stop_token_ids)
         ids = list(stop_token_ids)
+        vocab = self.config["vocab_size"]
         for i in ids:
             if isinstance(i, bool) or not isinstance(i, int):
                 raise ValueError(f"stop_token_ids must be ints, got {i!r}")
+            if not 0 <= i < vocab:
+                raise ValueError(f"stop_token_ids: {i} is outside the vocabulary [0, {vocab})")
         return ids
 
     # ---- generation ----
@@ -493,6 +516,9 @@ class LLM:
             except KeyboardInterrupt:
                 print(file=out)
                 break
+            except UnicodeDecodeError:
+                print("(that line is not valid UTF-8; skipped)", file=out, flush=True)
+                continue
             text = line.strip()
             if text in ("/exit", "/quit"):
                 break

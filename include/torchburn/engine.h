@@ -1,0 +1,145 @@
+/* Engines: where computation runs. An engine is a table of function pointers (device facts, which ops
+ * it takes, buffers, running a sequence of ops, synchronizing) and the registry lists the engines of
+ * this build: `native_cpu` (SIMD kernels over the thread pool, the default), `reference` (the scalar
+ * reference kernels on one thread, the golden path; alias `burn`) and `vulkan` (compute shaders
+ * through a dlopen'd Vulkan loader; present in the registry even when no loader or device exists, in
+ * which case it reports itself unavailable).
+ *
+ * Selection (tb_engine_select_from_env, called once by the Python extension at import):
+ *   TORCHBURN_ENGINE = native_cpu | reference | burn | vulkan | gpu   (unset: from TORCHBURN_DEVICE)
+ *   TORCHBURN_DEVICE = cpu | auto | gpu   (auto: vulkan when a non-CPU Vulkan device exists)
+ * Choosing `reference` forces the scalar ISA and one kernel thread for every front door (compile
+ * backend, ops, LLM), since all of them dispatch through tb_isa_active() and the thread pool.
+ *
+ * Ops: an engine runs tb_engine_op records on its own buffers (f32, contiguous). Shape letters: M, N,
+ * K of a matmul; R rows of L elements for softmax and the norms. */
+#ifndef TORCHBURN_ENGINE_H
+#define TORCHBURN_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "torchburn/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tb_engine_op_kind {
+    TB_ENGINE_OP_UNARY = 0,   /* y[i] = op(a[i]), i < n; code: tb_unary_op (kernels/elementwise.h order) */
+    TB_ENGINE_OP_BINARY,      /* y[i] = a[i] op b[i % b_len], i < n; b_len divides n; code: tb_binary_op */
+    TB_ENGINE_OP_MATMUL,      /* y[M,N] = a[M,K] @ B + bias[N]; B = b[K,N], or b[N,K] when trans_b */
+    TB_ENGINE_OP_SOFTMAX,     /* over each row of a[R,L]; log_softmax when `log` */
+    TB_ENGINE_OP_RMS_NORM,    /* y = a * rsqrt(mean(a^2) + eps) * weight(b)[L] (b optional) */
+    TB_ENGINE_OP_LAYER_NORM,  /* y = (a - mean) * rsqrt(var + eps) * weight(b)[L] + bias(c)[L] (b, c optional) */
+    TB_ENGINE_OP_COUNT
+} tb_engine_op_kind;
+
+/* An engine-owned buffer of `bytes` bytes (opaque; each engine extends it). */
+typedef struct tb_engine_buffer tb_engine_buffer;
+
+typedef struct tb_engine_op {
+    tb_engine_op_kind kind;
+    int code;         /* unary / binary op index */
+    int64_t n;        /* unary, binary: elements of y (and of a) */
+    int64_t b_len;    /* binary: elements of b (n, 1, or a divisor of n: b repeats) */
+    int64_t m, k;     /* matmul: M and K (N is `n`) */
+    int64_t rows, len; /* softmax and norms: R and L */
+    bool trans_b, log;
+    float eps;        /* norms */
+    float alpha, lo, hi; /* unary: leaky_relu slope, clamp bounds */
+    tb_engine_buffer *a, *b, *c; /* inputs; NULL when absent (b: weight / matmul B, c: bias) */
+    tb_engine_buffer *y;         /* output; may equal a for unary, binary and row ops (in place) */
+} tb_engine_op;
+
+/* Facts about an engine's device. Strings are "" when unknown; numbers 0. */
+typedef struct tb_engine_device_info {
+    bool available;
+    char reason[256];       /* why not available (or "") */
+    char backend[16];       /* "cpu" or "Vulkan" */
+    char adapter_name[256];
+    char device_type[16];   /* "cpu", "discrete", "integrated", "virtual", "other" */
+    char driver_name[256];
+    char driver_info[256];
+    uint32_t api_version, driver_version, vendor_id, device_id;
+    uint64_t vram_bytes;    /* device-local heap bytes (0 for CPU engines) */
+    uint64_t max_storage_buffer_range;
+    uint32_t max_workgroup_count[3];
+    uint32_t max_workgroup_invocations;
+    uint32_t max_shared_memory_bytes;
+    uint32_t subgroup_size;
+    int device_index, device_count;
+    uint64_t submits, dispatches; /* counters since the engine started (batching is visible here) */
+} tb_engine_device_info;
+
+typedef struct tb_engine {
+    const char *name;
+    /* Brings the engine up (idempotent; cheap after the first call). An unavailable device is an
+     * error whose message says why (TB_ERR_UNSUPPORTED). */
+    tb_status (*init)(void);
+    /* Fills `out` (also when unavailable: `available` false and `reason` set). Never fails. */
+    void (*device_info)(tb_engine_device_info *out);
+    /* Whether run() accepts this op (kinds, codes, sizes within device limits). Buffers are not read. */
+    bool (*supports_op)(const tb_engine_op *op);
+    tb_status (*buffer_alloc)(size_t bytes, tb_engine_buffer **out);
+    void (*buffer_free)(tb_engine_buffer *buffer); /* NULL is a no-op */
+    tb_status (*buffer_upload)(tb_engine_buffer *buffer, size_t offset, const void *src, size_t bytes);
+    tb_status (*buffer_download)(const tb_engine_buffer *buffer, size_t offset, void *dst, size_t bytes);
+    /* Runs ops[0..count) in order (each sees the previous ones' writes) and returns when all are done.
+     * A GPU engine records them into one command buffer and submits once. Errors name the op index. */
+    tb_status (*run)(const tb_engine_op *ops, int count);
+    /* Waits for outstanding work (run() already waits; kept for engines that queue). */
+    tb_status (*synchronize)(void);
+} tb_engine;
+
+/* ---- registry ---- */
+
+TB_API int tb_engine_count(void);
+TB_API const tb_engine *tb_engine_at(int index);
+/* By name or alias (native_cpu, cpu; reference, burn; vulkan, gpu). NULL when unknown. */
+TB_API const tb_engine *tb_engine_find(const char *name);
+
+/* Reads TORCHBURN_ENGINE / TORCHBURN_DEVICE once and fixes the active engine. An unknown name is an
+ * error (the active engine stays native_cpu). Selecting `reference` forces the scalar ISA and one
+ * thread (a conflicting TORCHBURN_ISA is an error). A GPU request whose device is missing is NOT
+ * failed here (import must work without a GPU): tb_engine_active reports it. */
+TB_API tb_status tb_engine_select_from_env(void);
+
+/* The active engine. When TORCHBURN_DEVICE=gpu (or TORCHBURN_ENGINE=vulkan) asked for a GPU that is
+ * not there, returns TB_ERR_UNSUPPORTED with the reason and leaves *out NULL. */
+TB_API tb_status tb_engine_active(const tb_engine **out);
+
+/* Convenience: `op` checked against `engine`'s supports_op with a message on refusal. */
+TB_API tb_status tb_engine_check_op(const tb_engine *engine, const tb_engine_op *op);
+
+/* The op kind's name ("unary", "binary", "matmul", "softmax", "rms_norm", "layer_norm"). */
+TB_API const char *tb_engine_op_kind_name(tb_engine_op_kind kind);
+
+/* Forgets the vulkan engine's device so the next use probes again with the current settings (tests
+ * change TORCHBURN_VULKAN_* between cases). Refused while any vulkan buffer is alive. */
+TB_API tb_status tb_engine_vulkan_reset(void);
+
+/* ---- compiled graphs on an engine (src/engine/engine_graph.c) ---- */
+
+struct tb_graph;
+typedef struct tb_engine_program tb_engine_program;
+
+/* Translates a whole graph (f32 values; see engine_graph.c for the ops taken) into ops over engine
+ * buffers. TB_ERR_UNSUPPORTED names the first node the engine does not take; then run the CPU plan. */
+TB_API tb_status tb_engine_program_build(const tb_engine *engine, const struct tb_graph *graph, tb_engine_program **out);
+/* Runs it as one batch: uploads inputs[i] (contiguous, the graph's input order), runs, downloads into
+ * outputs[j] (contiguous). Thread-safe. */
+TB_API tb_status tb_engine_program_run(const tb_engine_program *program, void *const *inputs, void *const *outputs);
+TB_API int tb_engine_program_num_ops(const tb_engine_program *program);
+TB_API void tb_engine_program_free(tb_engine_program *program);
+
+/* The engines themselves (also reachable through the registry). */
+extern const tb_engine tb_engine_native_cpu;
+extern const tb_engine tb_engine_reference;
+extern const tb_engine tb_engine_vulkan;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,99 @@
+"""python -m torchburn.bench gpu: the Vulkan engine's kernels against native_cpu, same process.
+
+Prints the Vulkan device (name, type, driver, limits) and, per kernel, the median time of one op on
+each engine. A kernel's time is isolated from the copies in and out of engine buffers by running it
+once and `repeat + 1` times in one batch and taking the difference per extra op (on the GPU the batch is
+one submission, so this is dispatch + kernel time). Pipelines are built on first use, so every
+configuration is warmed up before it is timed.
+
+On a CPU-type Vulkan device (Mesa's lavapipe, used with --allow-cpu or TORCHBURN_VULKAN_ALLOW_CPU=1)
+the numbers only show that the engine runs; they say nothing about GPU speed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from . import format_time, machine_facts, print_table
+
+
+def kernels():
+    """(name, ops for one run, arrays, repeatable op index) per workload."""
+    rng = np.random.default_rng(0)
+
+    def randn(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    items = []
+    n = 1 << 20
+    x, y = randn(n), np.zeros(n, np.float32)
+    items.append(("gelu (erf) 1M", {"kind": "unary", "op": "gelu", "n": n, "a": 0, "y": 1}, [x, y]))
+    items.append(("add 1M", {"kind": "binary", "op": "add", "n": n, "b_len": n, "a": 0, "b": 0, "y": 1}, [x, y]))
+    for m, k, out in ((1, 4096, 4096), (128, 1024, 1024), (512, 512, 512)):
+        a, w, b = randn(m, k), randn(out, k), randn(out)
+        items.append((f"linear {m}x{k} -> {out} +bias", {"kind": "matmul", "m": m, "n": out, "k": k, "trans_b": 1,
+                                                        "a": 0, "b": 1, "c": 2, "y": 3},
+                      [a, w, b, np.zeros((m, out), np.float32)]))
+    s = randn(1024, 1024)
+    items.append(("softmax 1024x1024", {"kind": "softmax", "rows": 1024, "len": 1024, "a": 0, "y": 1},
+                  [s, np.zeros_like(s)]))
+    h, g = randn(256, 4096), randn(4096)
+    items.append(("rms_norm 256x4096", {"kind": "rms_norm", "rows": 256, "len": 4096, "eps": 1e-6, "a": 0, "b": 1,
+                                        "y": 2}, [h, g, np.zeros_like(h)]))
+    items.append(("layer_norm 256x4096", {"kind": "layer_norm", "rows": 256, "len": 4096, "eps": 1e-5, "a": 0,
+                                          "b": 1, "c": 1, "y": 2}, [h, g, np.zeros_like(h)]))
+    return items
+
+
+def op_time(engine: str, op: dict, arrays: list, repeat: int, samples: int) -> float:
+    from torchburn import gpu
+
+    def timed(count: int) -> float:
+        start = time.perf_counter()
+        gpu.engine_run(engine, [op] * count, arrays)
+        return time.perf_counter() - start
+
+    timed(1)
+    timed(repeat + 1)  # warm-up: pipelines, buffer pool
+    diffs = sorted(timed(repeat + 1) - timed(1) for _ in range(samples))
+    return max(diffs[len(diffs) // 2] / repeat, 0.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torchburn.bench gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="use a CPU-type Vulkan device (lavapipe) when no GPU exists")
+    parser.add_argument("--repeat", type=int, default=10, help="ops per timed batch (default 10)")
+    parser.add_argument("--samples", type=int, default=5, help="timed batches per kernel (median; default 5)")
+    args = parser.parse_args(argv)
+    if args.allow_cpu:
+        os.environ["TORCHBURN_VULKAN_ALLOW_CPU"] = "1"
+    import torchburn
+    from torchburn import gpu
+
+    gpu.reset()
+    info = gpu.gpu_info()
+    print(machine_facts())
+    if not info["available"]:
+        print(f"no usable Vulkan device: {info['reason']}")
+        return 1
+    limits = info["limits"]
+    print(f"vulkan device: {info['adapter_name']} ({info['device_type']}, Vulkan {info['api_version']}, "
+          f"driver {info['driver']}) | device-local memory {info['vram_bytes'] / 2**30:.1f} GiB | "
+          f"maxStorageBufferRange {limits['max_storage_buffer_range'] / 2**20:.0f} MiB | subgroup "
+          f"{limits['subgroup_size']} | shared memory {limits['max_shared_memory_bytes'] // 1024} KiB")
+    if info["device_type"] == "cpu":
+        print("note: a CPU-type Vulkan device; these times show that the engine runs, not GPU speed")
+    rows = []
+    for name, op, arrays in kernels():
+        gpu_seconds = op_time("vulkan", op, arrays, args.repeat, args.samples)
+        cpu_seconds = op_time("native_cpu", op, arrays, args.repeat, args.samples)
+        ratio = cpu_seconds / gpu_seconds if gpu_seconds > 0 else float("inf")
+        rows.append([name, format_time(gpu_seconds), format_time(cpu_seconds), f"{ratio:.2f}"])
+    print_table(["kernel", "vulkan", "native_cpu", "native_cpu / vulkan"], rows)
+    print(f"submissions so far: {gpu.gpu_info()['submits']} (one per batch); engine in use for the front doors: "
+          f"{torchburn.active_engine()}")
+    return 0

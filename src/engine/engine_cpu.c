@@ -1,0 +1,157 @@
+/* The two CPU engines. native_cpu runs the kernel table of the active ISA (and the threaded GEMM
+ * driver); reference runs the scalar reference table and the scalar GEMM, row by row on the calling
+ * thread's kernels, so it is the golden result other engines are compared with. Buffers are host
+ * memory from tb_alloc; upload/download are copies. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "torchburn/alloc.h"
+#include "torchburn/cpu.h"
+#include "torchburn/thread_pool.h"
+
+static tb_status cpu_init(void) { return TB_OK; }
+
+static void fill_info(tb_engine_device_info *out, const char *isa) {
+    memset(out, 0, sizeof *out);
+    out->available = true;
+    strcpy(out->backend, "cpu");
+    strcpy(out->device_type, "cpu");
+    const tb_cpu_features *f = tb_cpu_get_features();
+    snprintf(out->adapter_name, sizeof out->adapter_name, "%s", f->brand[0] ? f->brand : f->vendor);
+    snprintf(out->driver_name, sizeof out->driver_name, "torchburn kernels (%s)", isa);
+    out->device_count = 1;
+}
+
+static void native_info(tb_engine_device_info *out) { fill_info(out, tb_isa_name(tb_isa_active())); }
+static void reference_info(tb_engine_device_info *out) { fill_info(out, "scalar"); }
+
+static bool cpu_supports(const tb_engine_op *op) { return (unsigned)op->kind < TB_ENGINE_OP_COUNT; }
+
+static tb_status cpu_alloc(const tb_engine *engine, size_t bytes, tb_engine_buffer **out) {
+    *out = NULL;
+    tb_engine_buffer *buffer = calloc(1, sizeof *buffer);
+    if (!buffer)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "%s: out of memory for a buffer record", engine->name);
+    tb_status status = tb_alloc(bytes ? bytes : 1, TB_ALLOC_DEFAULT, &buffer->host);
+    if (status != TB_OK) {
+        free(buffer);
+        return status;
+    }
+    buffer->engine = engine;
+    buffer->bytes = bytes;
+    *out = buffer;
+    return TB_OK;
+}
+
+static tb_status native_alloc(size_t bytes, tb_engine_buffer **out) { return cpu_alloc(&tb_engine_native_cpu, bytes, out); }
+static tb_status reference_alloc(size_t bytes, tb_engine_buffer **out) { return cpu_alloc(&tb_engine_reference, bytes, out); }
+
+static void cpu_free(tb_engine_buffer *buffer) {
+    if (!buffer)
+        return;
+    tb_free(buffer->host);
+    free(buffer);
+}
+
+static tb_status cpu_upload(tb_engine_buffer *buffer, size_t offset, const void *src, size_t bytes) {
+    if (offset > buffer->bytes || bytes > buffer->bytes - offset)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s: upload of %zu bytes at %zu overruns a %zu-byte buffer",
+                            buffer->engine->name, bytes, offset, buffer->bytes);
+    if (bytes)
+        memcpy((char *)buffer->host + offset, src, bytes);
+    return TB_OK;
+}
+
+static tb_status cpu_download(const tb_engine_buffer *buffer, size_t offset, void *dst, size_t bytes) {
+    if (offset > buffer->bytes || bytes > buffer->bytes - offset)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s: download of %zu bytes at %zu overruns a %zu-byte buffer",
+                            buffer->engine->name, bytes, offset, buffer->bytes);
+    if (bytes)
+        memcpy(dst, (const char *)buffer->host + offset, bytes);
+    return TB_OK;
+}
+
+static float *data(const tb_engine_buffer *buffer) { return buffer ? (float *)buffer->host : NULL; }
+
+/* One op on host memory with the given kernel table and GEMM level. */
+static tb_status run_one(const tb_engine_op *op, const tb_elementwise_kernels *kernels, tb_isa gemm_isa) {
+    float *a = data(op->a), *b = data(op->b), *c = data(op->c), *y = data(op->y);
+    switch (op->kind) {
+    case TB_ENGINE_OP_UNARY: {
+        tb_unary_params params = {.alpha = op->alpha, .lo = op->lo, .hi = op->hi};
+        kernels->unary[op->code](a, y, op->n, &params);
+        return TB_OK;
+    }
+    case TB_ENGINE_OP_BINARY:
+        if (op->b_len == op->n || op->b_len == 1) {
+            kernels->binary[op->code](a, 1, b, op->b_len == op->n ? 1 : 0, y, op->n);
+        } else {
+            for (int64_t start = 0; start < op->n; start += op->b_len)
+                kernels->binary[op->code](a + start, 1, b, 1, y + start, op->b_len);
+        }
+        return TB_OK;
+    case TB_ENGINE_OP_MATMUL: {
+        tb_gemm_desc desc = {
+            .m = op->m, .n = op->n, .k = op->k, .a = a, .a_row_stride = op->k, .a_col_stride = 1, .b = b,
+            .b_row_stride = op->trans_b ? 1 : op->n, .b_col_stride = op->trans_b ? op->k : 1, .c = y,
+            .c_row_stride = op->n, .alpha = 1.0f, .beta = 0.0f, .bias_kind = c ? TB_BIAS_PER_COLUMN : TB_BIAS_NONE,
+            .bias = c, .activation = TB_ACTIVATION_NONE, .batch = 1,
+        };
+        if (op->m == 0 || op->n == 0)
+            return TB_OK;
+        return tb_gemm_f32_isa(&desc, gemm_isa);
+    }
+    case TB_ENGINE_OP_SOFTMAX:
+        if (op->rows > 0)
+            kernels->softmax(a, y, op->rows, op->len, 1, op->log);
+        return TB_OK;
+    case TB_ENGINE_OP_RMS_NORM:
+        if (op->rows > 0)
+            kernels->rms_norm(a, b, y, op->rows, op->len, op->eps);
+        return TB_OK;
+    case TB_ENGINE_OP_LAYER_NORM:
+        if (op->rows > 0)
+            kernels->layer_norm(a, b, c, y, op->rows, op->len, op->eps, NULL, NULL);
+        return TB_OK;
+    default:
+        return tb_error_set(TB_ERR_INTERNAL, "cpu engine: unhandled op kind %d", (int)op->kind);
+    }
+}
+
+static tb_status cpu_run(const tb_engine *engine, const tb_engine_op *ops, int count,
+                         const tb_elementwise_kernels *kernels, tb_isa gemm_isa) {
+    for (int i = 0; i < count; i++) {
+        tb_status status = tb_engine_check_op(engine, &ops[i]);
+        if (status == TB_OK)
+            status = run_one(&ops[i], kernels, gemm_isa);
+        if (status != TB_OK)
+            return tb_error_prefix(status, "%s: op %d (%s)", engine->name, i, tb_engine_op_kind_name(ops[i].kind));
+    }
+    return TB_OK;
+}
+
+static tb_status native_run(const tb_engine_op *ops, int count) {
+    return cpu_run(&tb_engine_native_cpu, ops, count, tb_elementwise_kernels_active(), tb_isa_active());
+}
+
+static tb_status reference_run(const tb_engine_op *ops, int count) {
+    return cpu_run(&tb_engine_reference, ops, count, tb_elementwise_kernels_for(TB_ISA_SCALAR), TB_ISA_SCALAR);
+}
+
+static tb_status cpu_synchronize(void) { return TB_OK; }
+
+const tb_engine tb_engine_native_cpu = {
+    .name = "native_cpu", .init = cpu_init, .device_info = native_info, .supports_op = cpu_supports,
+    .buffer_alloc = native_alloc, .buffer_free = cpu_free, .buffer_upload = cpu_upload,
+    .buffer_download = cpu_download, .run = native_run, .synchronize = cpu_synchronize,
+};
+
+const tb_engine tb_engine_reference = {
+    .name = "reference", .init = cpu_init, .device_info = reference_info, .supports_op = cpu_supports,
+    .buffer_alloc = reference_alloc, .buffer_free = cpu_free, .buffer_upload = cpu_upload,
+    .buffer_download = cpu_download, .run = reference_run, .synchronize = cpu_synchronize,
+};

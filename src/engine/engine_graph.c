@@ -1,0 +1,445 @@
+/* Compiled graphs on an engine: translates a tb_graph (as the compile backend built it) into a
+ * sequence of engine ops over one buffer per value, and runs it as one batch (one GPU submission):
+ * upload the inputs, run, download the outputs. A graph is taken whole or not at all; the first node
+ * the engine does not take is named in the error, and the caller runs the CPU plan instead.
+ *
+ * Taken (f32, contiguous, offset 0): INPUT, FULL, VIEW and COPY of a contiguous value (aliases),
+ * PERMUTE (an alias whose only use may be a 2-D matmul B in nn.Linear's [N, K] layout), UNARY and
+ * BINARY of the kernel-table ops, BINARY_SCALAR (reverse only for commutative ops), MATMUL with a 2-D
+ * B, bias, activation and residual, SOFTMAX over the last dim, LAYER_NORM (statistics unused) and
+ * RMS_NORM without epilogues. Dead nodes are ignored. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "graph/graph_internal.h"
+
+typedef struct program_fill {
+    int buffer;
+    float value;
+} program_fill;
+
+/* an op whose operands are buffer indices (-1: absent), resolved to buffers at run time */
+typedef struct program_op {
+    tb_engine_op op;
+    int a, b, c, y;
+} program_op;
+
+struct tb_engine_program {
+    const tb_engine *engine;
+    int nbuffers;
+    size_t *buffer_bytes;
+    int ninputs, noutputs;
+    int *input_buffers, *output_buffers;
+    size_t *input_bytes, *output_bytes;
+    int nops, nfills;
+    program_op *ops;
+    program_fill *fills;
+};
+
+typedef struct builder {
+    const tb_graph *graph;
+    tb_engine_program *p;
+    int *value_buffer; /* per value: its buffer, or -1 */
+    bool *live;
+    int op_capacity, fill_capacity;
+} builder;
+
+static bool contiguous(const tb_value_info *info) {
+    int64_t expected = 1;
+    for (int d = info->ndim - 1; d >= 0; d--) {
+        if (info->shape[d] != 1 && info->strides[d] != expected)
+            return false;
+        expected *= info->shape[d];
+    }
+    return true;
+}
+
+static int64_t numel(const tb_value_info *info) {
+    int64_t n = 1;
+    for (int d = 0; d < info->ndim; d++)
+        n *= info->shape[d];
+    return n;
+}
+
+static const tb_value_info *info_of(const builder *b, int value) { return &b->graph->values[value].info; }
+
+static tb_status refuse(const builder *b, int node, const char *why) {
+    const tb_node *n = &b->graph->nodes[node];
+    return tb_error_set(TB_ERR_UNSUPPORTED, "engine %s does not take node %d (%s%s%s): %s", b->p->engine->name, node,
+                        tb_graph_op_name(n->op), n->label ? " " : "", n->label ? n->label : "", why);
+}
+
+static tb_status new_buffer(builder *b, int value) {
+    size_t *grown = realloc(b->p->buffer_bytes, sizeof *grown * (size_t)(b->p->nbuffers + 1));
+    if (!grown)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    b->p->buffer_bytes = grown;
+    grown[b->p->nbuffers] = (size_t)numel(info_of(b, value)) * sizeof(float);
+    b->value_buffer[value] = b->p->nbuffers++;
+    return TB_OK;
+}
+
+static tb_status add_op(builder *b, const tb_engine_op *op, int a, int bb, int c, int y) {
+    if (b->p->nops == b->op_capacity) {
+        int capacity = b->op_capacity ? 2 * b->op_capacity : 16;
+        program_op *grown = realloc(b->p->ops, sizeof *grown * (size_t)capacity);
+        if (!grown)
+            return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+        b->p->ops = grown;
+        b->op_capacity = capacity;
+    }
+    b->p->ops[b->p->nops++] = (program_op){.op = *op, .a = a, .b = bb, .c = c, .y = y};
+    return TB_OK;
+}
+
+/* A constant buffer of `count` copies of `value` (filled on the host at each run). */
+static tb_status constant_buffer(builder *b, float value, int64_t count, int *out) {
+    size_t *grown = realloc(b->p->buffer_bytes, sizeof *grown * (size_t)(b->p->nbuffers + 1));
+    if (!grown)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    b->p->buffer_bytes = grown;
+    grown[b->p->nbuffers] = (size_t)count * sizeof(float);
+    *out = b->p->nbuffers++;
+    if (b->p->nfills == b->fill_capacity) {
+        int capacity = b->fill_capacity ? 2 * b->fill_capacity : 8;
+        program_fill *fills = realloc(b->p->fills, sizeof *fills * (size_t)capacity);
+        if (!fills)
+            return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+        b->p->fills = fills;
+        b->fill_capacity = capacity;
+    }
+    b->p->fills[b->p->nfills++] = (program_fill){.buffer = *out, .value = value};
+    return TB_OK;
+}
+
+/* b broadcast against out: b's shape, without leading 1s, equals out's trailing dims */
+static bool trailing_broadcast(const tb_value_info *b, const tb_value_info *out) {
+    int first = 0;
+    while (first < b->ndim && b->shape[first] == 1)
+        first++;
+    int kept = b->ndim - first;
+    if (kept > out->ndim)
+        return false;
+    for (int d = 0; d < kept; d++)
+        if (b->shape[first + d] != out->shape[out->ndim - kept + d])
+            return false;
+    return true;
+}
+
+static bool commutative(int op) { return op == TB_BINARY_ADD || op == TB_BINARY_MUL || op == TB_BINARY_MAXIMUM || op == TB_BINARY_MINIMUM; }
+
+static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
+    const tb_params_matmul *mp = &n->params.matmul;
+    const tb_value_info *x = info_of(b, n->inputs[0]), *w = info_of(b, n->inputs[1]), *out = info_of(b, n->first_output);
+    if (w->ndim != 2 || x->ndim < 1)
+        return refuse(b, index, "only a 2-D B (no batched matmul)");
+    if (!contiguous(x))
+        return refuse(b, index, "A is not contiguous");
+    int64_t k = w->shape[0], cols = w->shape[1];
+    bool trans_b;
+    if (contiguous(w))
+        trans_b = false;
+    else if (w->strides[0] == 1 && w->strides[1] == k)
+        trans_b = true; /* a [N, K] weight seen through a transpose */
+    else
+        return refuse(b, index, "B has a layout other than [K, N] or [N, K]");
+    int next = 2;
+    int bias = -1, residual = -1;
+    if (mp->has_bias) {
+        const tb_value_info *bi = info_of(b, n->inputs[next]);
+        if (numel(bi) != cols || !contiguous(bi))
+            return refuse(b, index, "the bias is not a contiguous [N]");
+        bias = b->value_buffer[n->inputs[next++]];
+    }
+    if (mp->has_residual) {
+        const tb_value_info *r = info_of(b, n->inputs[next]);
+        if (numel(r) != numel(out) || !contiguous(r))
+            return refuse(b, index, "the residual is not a contiguous [..., M, N]");
+        residual = b->value_buffer[n->inputs[next++]];
+    }
+    static const int activation_codes[TB_ACTIVATION_COUNT] = {-1, TB_UNARY_RELU, TB_UNARY_GELU, TB_UNARY_GELU_TANH,
+                                                              TB_UNARY_SILU, TB_UNARY_SIGMOID, TB_UNARY_TANH};
+    if (mp->activation < 0 || mp->activation >= TB_ACTIVATION_COUNT)
+        return refuse(b, index, "unknown activation");
+    TB_TRY(new_buffer(b, n->first_output));
+    int y = b->value_buffer[n->first_output];
+    int64_t rows = k > 0 ? numel(x) / k : 0;
+    if (k == 0)
+        rows = numel(out) / (cols > 0 ? cols : 1);
+    tb_engine_op op = {.kind = TB_ENGINE_OP_MATMUL, .m = rows, .n = cols, .k = k, .trans_b = trans_b};
+    TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], b->value_buffer[n->inputs[1]], bias, y));
+    if (mp->activation > 0) {
+        tb_engine_op act = {.kind = TB_ENGINE_OP_UNARY, .code = activation_codes[mp->activation], .n = numel(out)};
+        TB_TRY(add_op(b, &act, y, -1, -1, y));
+    }
+    if (residual >= 0) {
+        tb_engine_op add = {.kind = TB_ENGINE_OP_BINARY, .code = TB_BINARY_ADD, .n = numel(out), .b_len = numel(out)};
+        TB_TRY(add_op(b, &add, y, residual, -1, y));
+    }
+    return TB_OK;
+}
+
+static tb_status lower_norm(builder *b, int index, const tb_node *n) {
+    const tb_params_norm *np = &n->params.norm;
+    const tb_value_info *x = info_of(b, n->inputs[0]);
+    if (np->epilogue)
+        return refuse(b, index, "fused epilogues are not taken");
+    if (n->op == TB_OP_LAYER_NORM && (b->live[n->first_output + 1] || b->live[n->first_output + 2]))
+        return refuse(b, index, "its mean/rstd outputs are used");
+    if (!contiguous(x))
+        return refuse(b, index, "x is not contiguous");
+    int64_t len = 1;
+    for (int d = x->ndim - (int)np->normalized_ndim; d < x->ndim; d++)
+        len *= x->shape[d];
+    int next = 1, weight = -1, bias = -1;
+    if (np->has_weight)
+        weight = b->value_buffer[n->inputs[next++]];
+    if (np->has_bias)
+        bias = b->value_buffer[n->inputs[next++]];
+    if (next != n->ninputs)
+        return refuse(b, index, "extra operands");
+    TB_TRY(new_buffer(b, n->first_output));
+    tb_engine_op op = {.kind = n->op == TB_OP_LAYER_NORM ? TB_ENGINE_OP_LAYER_NORM : TB_ENGINE_OP_RMS_NORM,
+                       .rows = len > 0 ? numel(x) / len : 0, .len = len, .eps = (float)np->eps};
+    return add_op(b, &op, b->value_buffer[n->inputs[0]], weight, bias, b->value_buffer[n->first_output]);
+}
+
+static tb_status lower_node(builder *b, int index) {
+    const tb_node *n = &b->graph->nodes[index];
+    if (n->op == TB_OP_INPUT)
+        return TB_OK; /* buffers made up front, in input order */
+    for (int o = 0; o < n->noutputs; o++)
+        if (b->live[n->first_output + o] && info_of(b, n->first_output + o)->dtype != TB_F32)
+            return refuse(b, index, "only float32 values are taken");
+    for (int i = 0; i < n->ninputs; i++) {
+        if (info_of(b, n->inputs[i])->dtype != TB_F32)
+            return refuse(b, index, "only float32 operands are taken");
+        if (b->value_buffer[n->inputs[i]] < 0)
+            return refuse(b, index, "an operand has no buffer");
+    }
+    const tb_value_info *out = info_of(b, n->first_output);
+    switch (n->op) {
+    case TB_OP_FULL: {
+        int constant;
+        TB_TRY(constant_buffer(b, (float)n->params.full.value, numel(out), &constant));
+        b->value_buffer[n->first_output] = constant;
+        return TB_OK;
+    }
+    case TB_OP_VIEW:
+    case TB_OP_COPY:
+        if (!contiguous(info_of(b, n->inputs[0])) || !contiguous(out))
+            return refuse(b, index, "a non-contiguous view or copy");
+        b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]];
+        return TB_OK;
+    case TB_OP_PERMUTE:
+        b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]]; /* only a matmul B may read it */
+        return contiguous(info_of(b, n->inputs[0])) ? TB_OK : refuse(b, index, "a permute of a non-contiguous value");
+    case TB_OP_UNARY: {
+        const tb_params_unary *up = &n->params.unary;
+        if (up->op < 0 || up->op >= TB_UNARY_COUNT)
+            return refuse(b, index, "a unary op outside the kernel table");
+        if (!contiguous(info_of(b, n->inputs[0])) || !contiguous(out))
+            return refuse(b, index, "not contiguous");
+        TB_TRY(new_buffer(b, n->first_output));
+        tb_engine_op op = {.kind = TB_ENGINE_OP_UNARY, .code = (int)up->op, .n = numel(out), .alpha = (float)up->alpha,
+                           .lo = (float)up->lo, .hi = (float)up->hi};
+        return add_op(b, &op, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]);
+    }
+    case TB_OP_BINARY:
+    case TB_OP_BINARY_SCALAR: {
+        int code = (int)(n->op == TB_OP_BINARY ? n->params.binary.op : n->params.scalar.op);
+        if (code < 0 || code >= TB_BINARY_COUNT)
+            return refuse(b, index, "a binary op outside the kernel table");
+        int first = n->inputs[0], second = -1;
+        if (n->op == TB_OP_BINARY_SCALAR) {
+            if (n->params.scalar.reverse && !commutative(code))
+                return refuse(b, index, "scalar op x for a non-commutative op");
+            TB_TRY(constant_buffer(b, (float)n->params.scalar.scalar, 1, &second));
+        } else {
+            if (numel(info_of(b, n->inputs[0])) != numel(out) && commutative(code))
+                first = n->inputs[1], second = n->inputs[0]; /* the broadcast operand goes second */
+            else
+                second = n->inputs[1];
+            const tb_value_info *bi = info_of(b, second);
+            if (numel(info_of(b, first)) != numel(out) || !contiguous(info_of(b, first)) || !contiguous(bi) ||
+                !trailing_broadcast(bi, out))
+                return refuse(b, index, "broadcasting other than b over the trailing dims of a");
+            second = b->value_buffer[second];
+        }
+        if (!contiguous(out))
+            return refuse(b, index, "not contiguous");
+        TB_TRY(new_buffer(b, n->first_output));
+        int64_t b_len = n->op == TB_OP_BINARY_SCALAR ? 1 : (int64_t)(b->p->buffer_bytes[second] / sizeof(float));
+        tb_engine_op op = {.kind = TB_ENGINE_OP_BINARY, .code = code, .n = numel(out), .b_len = b_len < 1 ? 1 : b_len};
+        return add_op(b, &op, b->value_buffer[first], second, -1, b->value_buffer[n->first_output]);
+    }
+    case TB_OP_SOFTMAX: {
+        const tb_value_info *x = info_of(b, n->inputs[0]);
+        int dim;
+        TB_TRY(tb_normalize_dim(n->params.softmax.dim, x->ndim > 0 ? x->ndim : 1, &dim));
+        if ((x->ndim > 0 && dim != x->ndim - 1) || !contiguous(x))
+            return refuse(b, index, "softmax over a dim other than the last, or not contiguous");
+        int64_t len = x->ndim > 0 ? x->shape[x->ndim - 1] : 1;
+        TB_TRY(new_buffer(b, n->first_output));
+        tb_engine_op op = {.kind = TB_ENGINE_OP_SOFTMAX, .rows = len > 0 ? numel(x) / len : 0, .len = len,
+                           .log = n->params.softmax.log != 0};
+        if (len == 0)
+            return refuse(b, index, "an empty softmax dim");
+        return add_op(b, &op, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]);
+    }
+    case TB_OP_LAYER_NORM:
+    case TB_OP_RMS_NORM:
+        return lower_norm(b, index, n);
+    case TB_OP_MATMUL:
+        return lower_matmul(b, index, n);
+    default:
+        return refuse(b, index, "no kernel for this op on the engine");
+    }
+}
+
+void tb_engine_program_free(tb_engine_program *p) {
+    if (!p)
+        return;
+    free(p->buffer_bytes);
+    free(p->input_buffers);
+    free(p->output_buffers);
+    free(p->input_bytes);
+    free(p->output_bytes);
+    free(p->ops);
+    free(p->fills);
+    free(p);
+}
+
+/* Values some output depends on. */
+static void mark_live(const tb_graph *graph, bool *live) {
+    for (int o = 0; o < graph->noutputs; o++)
+        live[graph->outputs[o]] = true;
+    for (int i = graph->nnodes - 1; i >= 0; i--) {
+        const tb_node *n = &graph->nodes[i];
+        bool used = false;
+        for (int o = 0; o < n->noutputs; o++)
+            used = used || live[n->first_output + o];
+        for (int k = 0; used && k < n->ninputs; k++)
+            live[n->inputs[k]] = true;
+    }
+}
+
+static tb_status build(builder *b) {
+    const tb_graph *graph = b->graph;
+    tb_engine_program *p = b->p;
+    mark_live(graph, b->live);
+    p->ninputs = graph->ninputs;
+    p->noutputs = graph->noutputs;
+    p->input_buffers = calloc((size_t)p->ninputs + 1, sizeof(int));
+    p->input_bytes = calloc((size_t)p->ninputs + 1, sizeof(size_t));
+    p->output_buffers = calloc((size_t)p->noutputs + 1, sizeof(int));
+    p->output_bytes = calloc((size_t)p->noutputs + 1, sizeof(size_t));
+    if (!p->input_buffers || !p->input_bytes || !p->output_buffers || !p->output_bytes)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    int input = 0;
+    for (int i = 0; i < graph->nnodes; i++) {
+        const tb_node *n = &graph->nodes[i];
+        if (n->op != TB_OP_INPUT)
+            continue;
+        const tb_value_info *info = info_of(b, n->first_output);
+        if (info->dtype != TB_F32 || !contiguous(info))
+            return refuse(b, i, "graph inputs must be contiguous float32");
+        TB_TRY(new_buffer(b, n->first_output));
+        p->input_buffers[input] = b->value_buffer[n->first_output];
+        p->input_bytes[input++] = (size_t)numel(info) * sizeof(float);
+    }
+    for (int i = 0; i < graph->nnodes; i++) {
+        bool used = false;
+        for (int o = 0; o < graph->nodes[i].noutputs; o++)
+            used = used || b->live[graph->nodes[i].first_output + o];
+        if (used)
+            TB_TRY(lower_node(b, i));
+    }
+    for (int o = 0; o < graph->noutputs; o++) {
+        int value = graph->outputs[o];
+        const tb_value_info *info = info_of(b, value);
+        if (info->dtype != TB_F32 || !contiguous(info) || b->value_buffer[value] < 0)
+            return refuse(b, graph->values[value].node, "graph outputs must be contiguous float32");
+        p->output_buffers[o] = b->value_buffer[value];
+        p->output_bytes[o] = (size_t)numel(info) * sizeof(float);
+    }
+    /* every op must pass the engine's own checks (sizes, device limits) */
+    for (int i = 0; i < p->nops; i++) {
+        tb_engine_op probe = p->ops[i].op;
+        if (!p->engine->supports_op(&probe))
+            return tb_error_set(TB_ERR_UNSUPPORTED, "engine %s does not take op %d (%s) of the program (device limits)",
+                                p->engine->name, i, tb_engine_op_kind_name(probe.kind));
+    }
+    return TB_OK;
+}
+
+tb_status tb_engine_program_build(const tb_engine *engine, const tb_graph *graph, tb_engine_program **out) {
+    *out = NULL;
+    TB_TRY(engine->init());
+    builder b = {.graph = graph};
+    b.p = calloc(1, sizeof *b.p);
+    b.value_buffer = malloc(sizeof(int) * (size_t)(graph->nvalues + 1));
+    b.live = calloc((size_t)graph->nvalues + 1, sizeof(bool));
+    tb_status status = TB_OK;
+    if (!b.p || !b.value_buffer || !b.live) {
+        status = tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    } else {
+        b.p->engine = engine;
+        for (int v = 0; v < graph->nvalues; v++)
+            b.value_buffer[v] = -1;
+        status = build(&b);
+    }
+    free(b.value_buffer);
+    free(b.live);
+    if (status != TB_OK) {
+        tb_engine_program_free(b.p);
+        return status;
+    }
+    *out = b.p;
+    return TB_OK;
+}
+
+int tb_engine_program_num_ops(const tb_engine_program *program) { return program->nops; }
+
+tb_status tb_engine_program_run(const tb_engine_program *p, void *const *inputs, void *const *outputs) {
+    const tb_engine *engine = p->engine;
+    tb_engine_buffer **buffers = calloc((size_t)p->nbuffers + 1, sizeof *buffers);
+    tb_engine_op *ops = malloc(sizeof *ops * (size_t)(p->nops + 1));
+    tb_status status = (buffers && ops) ? TB_OK : tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    for (int i = 0; status == TB_OK && i < p->nbuffers; i++)
+        status = engine->buffer_alloc(p->buffer_bytes[i], &buffers[i]);
+    for (int i = 0; status == TB_OK && i < p->ninputs; i++)
+        status = engine->buffer_upload(buffers[p->input_buffers[i]], 0, inputs[i], p->input_bytes[i]);
+    for (int f = 0; status == TB_OK && f < p->nfills; f++) {
+        tb_engine_buffer *buffer = buffers[p->fills[f].buffer];
+        size_t count = buffer->bytes / sizeof(float);
+        float *host = malloc(sizeof(float) * (count ? count : 1));
+        if (!host) {
+            status = tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+            break;
+        }
+        for (size_t e = 0; e < count; e++)
+            host[e] = p->fills[f].value;
+        status = engine->buffer_upload(buffer, 0, host, count * sizeof(float));
+        free(host);
+    }
+    if (status == TB_OK) {
+        for (int i = 0; i < p->nops; i++) {
+            const program_op *po = &p->ops[i];
+            ops[i] = po->op;
+            ops[i].a = po->a >= 0 ? buffers[po->a] : NULL;
+            ops[i].b = po->b >= 0 ? buffers[po->b] : NULL;
+            ops[i].c = po->c >= 0 ? buffers[po->c] : NULL;
+            ops[i].y = buffers[po->y];
+        }
+        status = engine->run(ops, p->nops);
+    }
+    for (int o = 0; status == TB_OK && o < p->noutputs; o++)
+        status = engine->buffer_download(buffers[p->output_buffers[o]], 0, outputs[o], p->output_bytes[o]);
+    for (int i = 0; buffers && i < p->nbuffers; i++)
+        engine->buffer_free(buffers[i]);
+    free(buffers);
+    free(ops);
+    return status;
+}

@@ -1,0 +1,254 @@
+/* The engine registry, the selection from TORCHBURN_ENGINE / TORCHBURN_DEVICE, and the validation of
+ * ops that every engine shares. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "engine/engine_internal.h"
+#include "kernels/elementwise.h"
+#include "torchburn/cpu.h"
+#include "torchburn/thread_pool.h"
+
+static const tb_engine *const engines[] = {&tb_engine_native_cpu, &tb_engine_reference, &tb_engine_vulkan};
+enum { ENGINE_COUNT = sizeof engines / sizeof engines[0] };
+
+int tb_engine_count(void) { return ENGINE_COUNT; }
+
+const tb_engine *tb_engine_at(int index) { return index >= 0 && index < ENGINE_COUNT ? engines[index] : NULL; }
+
+const tb_engine *tb_engine_find(const char *name) {
+    static const struct { const char *alias; const tb_engine *engine; } aliases[] = {
+        {"native_cpu", &tb_engine_native_cpu}, {"cpu", &tb_engine_native_cpu}, {"native", &tb_engine_native_cpu},
+        {"reference", &tb_engine_reference},   {"burn", &tb_engine_reference}, {"vulkan", &tb_engine_vulkan},
+        {"gpu", &tb_engine_vulkan},
+    };
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcasecmp(name, aliases[i].alias) == 0)
+            return aliases[i].engine;
+    return NULL;
+}
+
+const char *tb_engine_op_kind_name(tb_engine_op_kind kind) {
+    static const char *const names[TB_ENGINE_OP_COUNT] = {"unary", "binary", "matmul", "softmax", "rms_norm", "layer_norm"};
+    return (unsigned)kind < TB_ENGINE_OP_COUNT ? names[kind] : "invalid";
+}
+
+/* ---- selection ---- */
+
+typedef enum request { REQUEST_ENGINE, REQUEST_GPU, REQUEST_AUTO } request;
+
+static pthread_mutex_t selection_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool selected;
+static const tb_engine *chosen = &tb_engine_native_cpu;
+static request chosen_request = REQUEST_ENGINE;
+static char chosen_source[64] = "default";
+
+static bool env_is(const char *value, const char *word) { return value && strcasecmp(value, word) == 0; }
+
+tb_status tb_engine_select_from_env(void) {
+    pthread_mutex_lock(&selection_lock);
+    selected = true;
+    chosen = &tb_engine_native_cpu;
+    chosen_request = REQUEST_ENGINE;
+    snprintf(chosen_source, sizeof chosen_source, "default");
+    const char *engine_name = getenv("TORCHBURN_ENGINE");
+    const char *device = getenv("TORCHBURN_DEVICE");
+    tb_status status = TB_OK;
+    if (device && device[0] && !env_is(device, "cpu") && !env_is(device, "auto") && !env_is(device, "gpu")) {
+        status = tb_error_set(TB_ERR_INVALID_ARGUMENT, "TORCHBURN_DEVICE='%s' is not one of cpu, auto, gpu", device);
+    } else if (engine_name && engine_name[0]) {
+        const tb_engine *engine = tb_engine_find(engine_name);
+        if (!engine) {
+            status = tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                                  "TORCHBURN_ENGINE='%s' is not an engine of this build (native_cpu, reference "
+                                  "(alias burn), vulkan (alias gpu))",
+                                  engine_name);
+        } else if (engine == &tb_engine_vulkan && env_is(device, "cpu")) {
+            status = tb_error_set(TB_ERR_INVALID_ARGUMENT, "TORCHBURN_ENGINE='%s' contradicts TORCHBURN_DEVICE=cpu",
+                                  engine_name);
+        } else if (engine != &tb_engine_vulkan && env_is(device, "gpu")) {
+            status = tb_error_set(TB_ERR_INVALID_ARGUMENT, "TORCHBURN_ENGINE='%s' contradicts TORCHBURN_DEVICE=gpu",
+                                  engine_name);
+        } else {
+            chosen = engine;
+            chosen_request = engine == &tb_engine_vulkan ? REQUEST_GPU : REQUEST_ENGINE;
+            snprintf(chosen_source, sizeof chosen_source, "TORCHBURN_ENGINE=%.40s", engine_name);
+        }
+    } else if (env_is(device, "gpu")) {
+        chosen = &tb_engine_vulkan;
+        chosen_request = REQUEST_GPU;
+        snprintf(chosen_source, sizeof chosen_source, "TORCHBURN_DEVICE=gpu");
+    } else if (env_is(device, "auto")) {
+        chosen_request = REQUEST_AUTO; /* resolved on first tb_engine_active: probing a GPU is not free */
+        snprintf(chosen_source, sizeof chosen_source, "TORCHBURN_DEVICE=auto");
+    }
+    if (status == TB_OK && chosen == &tb_engine_reference) {
+        /* the golden path: scalar kernels everywhere, one thread */
+        const char *isa = getenv("TORCHBURN_ISA");
+        if (isa && isa[0] && !env_is(isa, "scalar") && !env_is(isa, "auto"))
+            status = tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                                  "TORCHBURN_ENGINE=reference runs the scalar kernels; TORCHBURN_ISA='%s' contradicts it", isa);
+        else if ((status = tb_isa_set(TB_ISA_SCALAR)) == TB_OK)
+            status = tb_set_num_threads(1);
+    }
+    if (status != TB_OK) {
+        chosen = &tb_engine_native_cpu;
+        chosen_request = REQUEST_ENGINE;
+    }
+    pthread_mutex_unlock(&selection_lock);
+    return status;
+}
+
+tb_status tb_engine_active(const tb_engine **out) {
+    *out = NULL;
+    pthread_mutex_lock(&selection_lock);
+    bool was_selected = selected;
+    pthread_mutex_unlock(&selection_lock);
+    if (!was_selected) {
+        tb_status status = tb_engine_select_from_env();
+        if (status != TB_OK)
+            return status;
+    }
+    pthread_mutex_lock(&selection_lock);
+    const tb_engine *engine = chosen;
+    request kind = chosen_request;
+    char source[64];
+    memcpy(source, chosen_source, sizeof source);
+    pthread_mutex_unlock(&selection_lock);
+    if (kind == REQUEST_ENGINE) {
+        *out = engine;
+        return TB_OK;
+    }
+    /* a GPU was asked for (gpu) or is welcome (auto): the vulkan engine decides */
+    tb_status status = tb_engine_vulkan.init();
+    if (status == TB_OK) {
+        tb_engine_device_info info;
+        tb_engine_vulkan.device_info(&info);
+        if (kind == REQUEST_AUTO && strcmp(info.device_type, "cpu") == 0) {
+            *out = &tb_engine_native_cpu; /* auto never trades the CPU engine for a software Vulkan device */
+            return TB_OK;
+        }
+        *out = &tb_engine_vulkan;
+        return TB_OK;
+    }
+    if (kind == REQUEST_AUTO) {
+        tb_error_clear();
+        *out = &tb_engine_native_cpu;
+        return TB_OK;
+    }
+    return tb_error_prefix(TB_ERR_UNSUPPORTED, "%s asks for a GPU, but there is none usable", source);
+}
+
+tb_status tb_engine_check_op(const tb_engine *engine, const tb_engine_op *op) {
+    tb_status status = tb_engine_op_validate(engine, op);
+    if (status != TB_OK)
+        return status;
+    if (!engine->supports_op(op))
+        return tb_error_set(TB_ERR_UNSUPPORTED, "engine %s does not run this %s op (code %d)", engine->name,
+                            tb_engine_op_kind_name(op->kind), op->code);
+    return TB_OK;
+}
+
+/* ---- validation ---- */
+
+void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_bytes, size_t *c_bytes, size_t *y_bytes) {
+    size_t f = sizeof(float);
+    *a_bytes = *b_bytes = *c_bytes = *y_bytes = 0;
+    switch (op->kind) {
+    case TB_ENGINE_OP_UNARY:
+        *a_bytes = *y_bytes = (size_t)op->n * f;
+        break;
+    case TB_ENGINE_OP_BINARY:
+        *a_bytes = *y_bytes = (size_t)op->n * f;
+        *b_bytes = (size_t)op->b_len * f;
+        break;
+    case TB_ENGINE_OP_MATMUL:
+        *a_bytes = (size_t)(op->m * op->k) * f;
+        *b_bytes = (size_t)(op->k * op->n) * f;
+        *c_bytes = op->c ? (size_t)op->n * f : 0;
+        *y_bytes = (size_t)(op->m * op->n) * f;
+        break;
+    case TB_ENGINE_OP_SOFTMAX:
+    case TB_ENGINE_OP_RMS_NORM:
+    case TB_ENGINE_OP_LAYER_NORM:
+        *a_bytes = *y_bytes = (size_t)(op->rows * op->len) * f;
+        *b_bytes = op->b ? (size_t)op->len * f : 0;
+        *c_bytes = op->c ? (size_t)op->len * f : 0;
+        break;
+    default:
+        break;
+    }
+}
+
+static tb_status check_buffer(const tb_engine *engine, const tb_engine_op *op, const char *role,
+                              const tb_engine_buffer *buffer, size_t need) {
+    if (!buffer)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: operand %s is missing", tb_engine_op_kind_name(op->kind), role);
+    if (buffer->engine != engine)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: operand %s belongs to engine %s, not %s",
+                            tb_engine_op_kind_name(op->kind), role, buffer->engine->name, engine->name);
+    if (buffer->bytes < need)
+        return tb_error_set(TB_ERR_SHAPE, "%s op: operand %s needs %zu bytes, its buffer has %zu",
+                            tb_engine_op_kind_name(op->kind), role, need, buffer->bytes);
+    return TB_OK;
+}
+
+tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op) {
+    const char *kind = tb_engine_op_kind_name(op->kind);
+    const int64_t limit = (int64_t)1 << 40; /* keeps every byte count below in range */
+    switch (op->kind) {
+    case TB_ENGINE_OP_UNARY:
+        if (op->code < 0 || op->code >= TB_UNARY_COUNT)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "unary op: unknown code %d", op->code);
+        if (op->n < 0 || op->n > limit)
+            return tb_error_set(TB_ERR_SHAPE, "unary op: n=%lld is out of range", (long long)op->n);
+        break;
+    case TB_ENGINE_OP_BINARY:
+        if (op->code < 0 || op->code >= TB_BINARY_COUNT)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "binary op: unknown code %d", op->code);
+        if (op->n < 0 || op->n > limit || op->b_len < 1 || op->b_len > limit || (op->n > 0 && op->n % op->b_len != 0))
+            return tb_error_set(TB_ERR_SHAPE, "binary op: b has %lld elements, which must be >= 1 and divide n=%lld",
+                                (long long)op->b_len, (long long)op->n);
+        break;
+    case TB_ENGINE_OP_MATMUL:
+        if (op->m < 0 || op->n < 0 || op->k < 0 || op->m > limit || op->n > limit || op->k > limit ||
+            op->m * op->n > limit || op->m * op->k > limit || op->k * op->n > limit)
+            return tb_error_set(TB_ERR_SHAPE, "matmul op: sizes M=%lld N=%lld K=%lld are out of range", (long long)op->m,
+                                (long long)op->n, (long long)op->k);
+        if (op->y == op->a || op->y == op->b || (op->c && op->y == op->c))
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "matmul op: the output must not alias an input");
+        break;
+    case TB_ENGINE_OP_SOFTMAX:
+    case TB_ENGINE_OP_RMS_NORM:
+    case TB_ENGINE_OP_LAYER_NORM:
+        if (op->rows < 0 || op->len < 1 || op->rows > limit || op->len > limit || op->rows * op->len > limit)
+            return tb_error_set(TB_ERR_SHAPE, "%s op: rows=%lld len=%lld (len must be >= 1)", kind, (long long)op->rows,
+                                (long long)op->len);
+        if (op->kind == TB_ENGINE_OP_SOFTMAX && (op->b || op->c))
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "softmax op takes one input");
+        if (op->kind == TB_ENGINE_OP_RMS_NORM && op->c)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "rms_norm op has no bias");
+        if (op->kind != TB_ENGINE_OP_SOFTMAX && !(op->eps >= 0.0f))
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: eps must be >= 0", kind);
+        break;
+    default:
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "engine op: unknown kind %d", (int)op->kind);
+    }
+    size_t a_bytes, b_bytes, c_bytes, y_bytes;
+    tb_engine_op_extents(op, &a_bytes, &b_bytes, &c_bytes, &y_bytes);
+    TB_TRY(check_buffer(engine, op, "a", op->a, a_bytes));
+    TB_TRY(check_buffer(engine, op, "y", op->y, y_bytes));
+    if (op->kind == TB_ENGINE_OP_BINARY || op->kind == TB_ENGINE_OP_MATMUL || op->b)
+        TB_TRY(check_buffer(engine, op, "b", op->b, b_bytes));
+    if (op->c)
+        TB_TRY(check_buffer(engine, op, "c", op->c, c_bytes));
+    if (op->b && op->y == op->b && op->kind != TB_ENGINE_OP_BINARY)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: the output must not alias the weight", kind);
+    if (op->kind == TB_ENGINE_OP_BINARY && op->y == op->b && op->b_len != op->n)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "binary op: the output may alias b only when b is full size");
+    return TB_OK;
+}

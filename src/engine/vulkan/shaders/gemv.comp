@@ -1,0 +1,44 @@
+// Matrix-vector form of matmul for few rows (M <= 4, the decode shape): y[M,N] = a[M,K] @ B + bias[N].
+// trans_b (B = b[N,K], nn.Linear's layout): one 64-thread workgroup per output column, each thread
+// summing a strided slice of K, then a shared-memory tree; reads along K are coalesced.
+// Otherwise (B = b[K,N]): one thread per column summing K in order; reads along N are coalesced.
+// Columns are grid-strided.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#define TB_WG 64u
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+layout(std430, set = 0, binding = 0) readonly buffer InputA { float a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer InputB { float b[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Output { float y[]; };
+layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; } p;
+
+shared float tb_scratch[TB_WG];
+#include "reduce.glsl"
+
+void main() {
+    uint t = gl_LocalInvocationID.x;
+    if (p.trans_b != 0u) {
+        for (uint col = gl_WorkGroupID.x; col < p.n; col += gl_NumWorkGroups.x) {
+            for (uint row = 0u; row < p.m; row++) {
+                float s = 0.0;
+                for (uint kk = t; kk < p.k; kk += TB_WG)
+                    s = fma(a[row * p.k + kk], b[col * p.k + kk], s);
+                s = tb_workgroup_sum(s);
+                if (t == 0u)
+                    y[row * p.n + col] = p.has_bias != 0u ? s + bias[col] : s;
+            }
+        }
+    } else {
+        for (uint col = gl_GlobalInvocationID.x; col < p.n; col += gl_NumWorkGroups.x * TB_WG) {
+            for (uint row = 0u; row < p.m; row++) {
+                float s = 0.0;
+                for (uint kk = 0u; kk < p.k; kk++)
+                    s = fma(a[row * p.k + kk], b[kk * p.n + col], s);
+                y[row * p.n + col] = p.has_bias != 0u ? s + bias[col] : s;
+            }
+        }
+    }
+}

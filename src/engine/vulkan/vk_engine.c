@@ -1,0 +1,452 @@
+/* The vulkan engine's operations: buffers (host-visible, host-coherent memory, mapped once, recycled
+ * through a small pool), compute pipelines built on first use from the committed SPIR-V, and run(),
+ * which records a whole op sequence into one command buffer (a barrier between consecutive ops) and
+ * submits it once.
+ *
+ * Memory: every buffer prefers a DEVICE_LOCAL + HOST_VISIBLE type (integrated GPUs, resizable BAR,
+ * lavapipe) and otherwise takes plain HOST_VISIBLE memory, so uploads and downloads are memcpy and no
+ * staging copies exist; a discrete GPU without resizable BAR then reads its operands over PCIe.
+ * Limits honoured: every bound operand must fit maxStorageBufferRange (larger ones are refused by
+ * supports_op, not split); dispatch sizes are capped at maxComputeWorkGroupCount and the shaders loop
+ * over the rest (grid-stride). */
+#ifdef TB_HAVE_VULKAN_HEADERS
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/vulkan/spirv_shaders.h"
+#include "engine/vulkan/vk_internal.h"
+#include "kernels/elementwise.h"
+
+enum { POOL_MAX_BYTES = 256 << 20 };
+/* matmuls with at most this many rows (decode-time GEMV) take shaders/gemv.comp: a 64x64 tile would
+ * leave most of its threads idle */
+enum { GEMV_MAX_ROWS = 4 };
+
+typedef struct vk_buffer_record {
+    tb_engine_buffer header; /* first: a tb_engine_buffer * is a vk_buffer_record * */
+    tb_vk_buffer vk;
+} vk_buffer_record;
+
+static void destroy_record(vk_buffer_record *record) {
+    if (record->vk.memory) {
+        tb_vk.UnmapMemory(tb_vk.device, record->vk.memory);
+        tb_vk.FreeMemory(tb_vk.device, record->vk.memory, NULL);
+    }
+    if (record->vk.buffer)
+        tb_vk.DestroyBuffer(tb_vk.device, record->vk.buffer, NULL);
+    free(record);
+}
+
+void tb_vk_pool_drain_locked(void) {
+    for (int i = 0; i < tb_vk.pool_count; i++)
+        destroy_record((vk_buffer_record *)tb_vk.pool[i]);
+    tb_vk.pool_count = 0;
+    tb_vk.pool_bytes = 0;
+}
+
+static bool pick_memory_type(uint32_t allowed, uint32_t *out) {
+    VkPhysicalDeviceMemoryProperties memory;
+    tb_vk.GetPhysicalDeviceMemoryProperties(tb_vk.physical, &memory);
+    const VkMemoryPropertyFlags need = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    int best = -1, best_score = -1;
+    for (uint32_t t = 0; t < memory.memoryTypeCount; t++) {
+        VkMemoryPropertyFlags flags = memory.memoryTypes[t].propertyFlags;
+        if (!(allowed & (1u << t)) || (flags & need) != need)
+            continue;
+        int score = (flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) ? 2 : 1;
+        if (score > best_score) {
+            best = (int)t;
+            best_score = score;
+        }
+    }
+    if (best < 0)
+        return false;
+    *out = (uint32_t)best;
+    return true;
+}
+
+static tb_status create_record(VkDeviceSize capacity, vk_buffer_record **out) {
+    vk_buffer_record *record = calloc(1, sizeof *record);
+    if (!record)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "vulkan: out of memory for a buffer record");
+    VkBufferCreateInfo create = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = capacity,
+                                 .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    VkResult result = tb_vk.CreateBuffer(tb_vk.device, &create, NULL, &record->vk.buffer);
+    if (result != VK_SUCCESS) {
+        free(record);
+        return tb_vk_fail(result, "vkCreateBuffer");
+    }
+    VkMemoryRequirements requirements;
+    tb_vk.GetBufferMemoryRequirements(tb_vk.device, record->vk.buffer, &requirements);
+    uint32_t type;
+    if (!pick_memory_type(requirements.memoryTypeBits, &type)) {
+        destroy_record(record);
+        return tb_error_set(TB_ERR_UNSUPPORTED, "vulkan: the device has no host-visible coherent memory for buffers");
+    }
+    VkMemoryAllocateInfo allocate = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                     .allocationSize = requirements.size, .memoryTypeIndex = type};
+    result = tb_vk.AllocateMemory(tb_vk.device, &allocate, NULL, &record->vk.memory);
+    if (result != VK_SUCCESS) {
+        record->vk.memory = VK_NULL_HANDLE;
+        destroy_record(record);
+        return tb_vk_fail(result, "vkAllocateMemory");
+    }
+    if ((result = tb_vk.BindBufferMemory(tb_vk.device, record->vk.buffer, record->vk.memory, 0)) != VK_SUCCESS ||
+        (result = tb_vk.MapMemory(tb_vk.device, record->vk.memory, 0, VK_WHOLE_SIZE, 0, &record->header.host)) !=
+            VK_SUCCESS) {
+        tb_vk.FreeMemory(tb_vk.device, record->vk.memory, NULL);
+        record->vk.memory = VK_NULL_HANDLE;
+        destroy_record(record);
+        return tb_vk_fail(result, "binding or mapping buffer memory");
+    }
+    record->vk.capacity = capacity;
+    *out = record;
+    return TB_OK;
+}
+
+static tb_status vk_init(void) {
+    pthread_mutex_lock(&tb_vk_lock);
+    tb_status status = tb_vk_init_locked();
+    pthread_mutex_unlock(&tb_vk_lock);
+    return status;
+}
+
+static void vk_device_info(tb_engine_device_info *out) {
+    pthread_mutex_lock(&tb_vk_lock);
+    if (!tb_vk.attempted) {
+        tb_vk_init_locked();
+        tb_error_clear();
+    }
+    *out = tb_vk.info;
+    pthread_mutex_unlock(&tb_vk_lock);
+}
+
+static tb_status vk_alloc(size_t bytes, tb_engine_buffer **out) {
+    *out = NULL;
+    pthread_mutex_lock(&tb_vk_lock);
+    tb_status status = tb_vk_init_locked();
+    vk_buffer_record *record = NULL;
+    if (status == TB_OK) {
+        VkDeviceSize capacity = ((VkDeviceSize)(bytes < 16 ? 16 : bytes) + 255) & ~(VkDeviceSize)255;
+        int best = -1;
+        for (int i = 0; i < tb_vk.pool_count; i++) {
+            VkDeviceSize have = ((vk_buffer_record *)tb_vk.pool[i])->vk.capacity;
+            if (have >= capacity && have <= 2 * capacity + 4096 &&
+                (best < 0 || have < ((vk_buffer_record *)tb_vk.pool[best])->vk.capacity))
+                best = i;
+        }
+        if (best >= 0) {
+            record = (vk_buffer_record *)tb_vk.pool[best];
+            tb_vk.pool_bytes -= record->vk.capacity;
+            tb_vk.pool[best] = tb_vk.pool[--tb_vk.pool_count];
+        } else {
+            status = create_record(capacity, &record);
+        }
+    }
+    if (status == TB_OK) {
+        record->header.engine = &tb_engine_vulkan;
+        record->header.bytes = bytes;
+        record->header.backend = &record->vk;
+        tb_vk.live_buffers++;
+        *out = &record->header;
+    }
+    pthread_mutex_unlock(&tb_vk_lock);
+    return status;
+}
+
+static void vk_free(tb_engine_buffer *buffer) {
+    if (!buffer)
+        return;
+    vk_buffer_record *record = (vk_buffer_record *)buffer;
+    pthread_mutex_lock(&tb_vk_lock);
+    tb_vk.live_buffers--;
+    if (tb_vk.pool_count < TB_VK_POOL_SLOTS && tb_vk.pool_bytes + record->vk.capacity <= POOL_MAX_BYTES) {
+        tb_vk.pool[tb_vk.pool_count++] = buffer;
+        tb_vk.pool_bytes += record->vk.capacity;
+    } else {
+        destroy_record(record);
+    }
+    pthread_mutex_unlock(&tb_vk_lock);
+}
+
+static tb_status vk_upload(tb_engine_buffer *buffer, size_t offset, const void *src, size_t bytes) {
+    if (offset > buffer->bytes || bytes > buffer->bytes - offset)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "vulkan: upload of %zu bytes at %zu overruns a %zu-byte buffer",
+                            bytes, offset, buffer->bytes);
+    if (bytes)
+        memcpy((char *)buffer->host + offset, src, bytes); /* coherent memory; run() waits, so nothing is in flight */
+    return TB_OK;
+}
+
+static tb_status vk_download(const tb_engine_buffer *buffer, size_t offset, void *dst, size_t bytes) {
+    if (offset > buffer->bytes || bytes > buffer->bytes - offset)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "vulkan: download of %zu bytes at %zu overruns a %zu-byte buffer",
+                            bytes, offset, buffer->bytes);
+    if (bytes)
+        memcpy(dst, (const char *)buffer->host + offset, bytes);
+    return TB_OK;
+}
+
+/* ---- ops ---- */
+
+static tb_vk_kernel kernel_of(tb_engine_op_kind kind) {
+    switch (kind) {
+    case TB_ENGINE_OP_UNARY: return TB_VK_KERNEL_UNARY;
+    case TB_ENGINE_OP_BINARY: return TB_VK_KERNEL_BINARY;
+    case TB_ENGINE_OP_MATMUL: return TB_VK_KERNEL_MATMUL;
+    case TB_ENGINE_OP_SOFTMAX: return TB_VK_KERNEL_SOFTMAX;
+    case TB_ENGINE_OP_RMS_NORM: return TB_VK_KERNEL_RMS_NORM;
+    default: return TB_VK_KERNEL_LAYER_NORM;
+    }
+}
+
+static bool supports_locked(const tb_engine_op *op) {
+    if (!tb_vk.ready || (unsigned)op->kind >= TB_ENGINE_OP_COUNT)
+        return false;
+    size_t extents[4];
+    tb_engine_op_extents(op, &extents[0], &extents[1], &extents[2], &extents[3]);
+    for (int i = 0; i < 4; i++)
+        if (extents[i] > tb_vk.info.max_storage_buffer_range || extents[i] / sizeof(float) >= ((size_t)1 << 31))
+            return false; /* shaders index with 32-bit unsigned integers */
+    return true;
+}
+
+static bool vk_supports(const tb_engine_op *op) {
+    pthread_mutex_lock(&tb_vk_lock);
+    if (!tb_vk.attempted) {
+        tb_vk_init_locked();
+        tb_error_clear();
+    }
+    bool ok = supports_locked(op);
+    pthread_mutex_unlock(&tb_vk_lock);
+    return ok;
+}
+
+static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
+    if (tb_vk.pipelines[kernel]) {
+        *out = tb_vk.pipelines[kernel];
+        return TB_OK;
+    }
+    static const char *const names[TB_VK_KERNEL_COUNT] = {"binary", "gemv", "layer_norm", "matmul",
+                                                          "rms_norm", "softmax", "unary"};
+    const tb_spirv_shader *shader = NULL;
+    for (int i = 0; i < tb_spirv_shader_count && !shader; i++)
+        if (strcmp(tb_spirv_shaders[i].name, names[kernel]) == 0)
+            shader = &tb_spirv_shaders[i];
+    if (!shader)
+        return tb_error_set(TB_ERR_INTERNAL, "vulkan: no SPIR-V for kernel '%s'", names[kernel]);
+    VkShaderModuleCreateInfo module_create = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                              .codeSize = shader->bytes, .pCode = shader->words};
+    VkShaderModule module;
+    VkResult result = tb_vk.CreateShaderModule(tb_vk.device, &module_create, NULL, &module);
+    if (result != VK_SUCCESS)
+        return tb_vk_fail(result, "vkCreateShaderModule");
+    VkComputePipelineCreateInfo create = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = module, .pName = "main"},
+        .layout = tb_vk.pipeline_layout,
+    };
+    result = tb_vk.CreateComputePipelines(tb_vk.device, VK_NULL_HANDLE, 1, &create, NULL, &tb_vk.pipelines[kernel]);
+    tb_vk.DestroyShaderModule(tb_vk.device, module, NULL);
+    if (result != VK_SUCCESS) {
+        tb_vk.pipelines[kernel] = VK_NULL_HANDLE;
+        return tb_vk_fail(result, "vkCreateComputePipelines");
+    }
+    *out = tb_vk.pipelines[kernel];
+    return TB_OK;
+}
+
+static tb_status ensure_descriptor_pool(uint32_t sets) {
+    if (tb_vk.descriptor_pool && tb_vk.descriptor_pool_sets >= sets) {
+        tb_vk.ResetDescriptorPool(tb_vk.device, tb_vk.descriptor_pool, 0);
+        return TB_OK;
+    }
+    if (tb_vk.descriptor_pool)
+        tb_vk.DestroyDescriptorPool(tb_vk.device, tb_vk.descriptor_pool, NULL);
+    tb_vk.descriptor_pool = VK_NULL_HANDLE;
+    uint32_t capacity = sets < 64 ? 64 : sets;
+    VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 4 * capacity};
+    VkDescriptorPoolCreateInfo create = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = capacity,
+                                         .poolSizeCount = 1, .pPoolSizes = &size};
+    VkResult result = tb_vk.CreateDescriptorPool(tb_vk.device, &create, NULL, &tb_vk.descriptor_pool);
+    if (result != VK_SUCCESS) {
+        tb_vk.descriptor_pool = VK_NULL_HANDLE;
+        return tb_vk_fail(result, "vkCreateDescriptorPool");
+    }
+    tb_vk.descriptor_pool_sets = capacity;
+    return TB_OK;
+}
+
+static bool op_is_empty(const tb_engine_op *op) {
+    switch (op->kind) {
+    case TB_ENGINE_OP_UNARY:
+    case TB_ENGINE_OP_BINARY: return op->n == 0;
+    case TB_ENGINE_OP_MATMUL: return op->m == 0 || op->n == 0;
+    default: return op->rows == 0;
+    }
+}
+
+static uint32_t groups(int64_t items, int64_t per_group, uint32_t limit) {
+    int64_t count = (items + per_group - 1) / per_group;
+    return count > (int64_t)limit ? limit : (uint32_t)(count < 1 ? 1 : count);
+}
+
+/* Records one op: descriptors, push constants, dispatch. */
+static tb_status record_op(const tb_engine_op *op) {
+    VkPipeline pipeline = VK_NULL_HANDLE;
+    bool gemv = op->kind == TB_ENGINE_OP_MATMUL && op->m <= GEMV_MAX_ROWS;
+    TB_TRY(pipeline_for(gemv ? TB_VK_KERNEL_GEMV : kernel_of(op->kind), &pipeline));
+    VkDescriptorSet set;
+    VkDescriptorSetAllocateInfo allocate = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                            .descriptorPool = tb_vk.descriptor_pool, .descriptorSetCount = 1,
+                                            .pSetLayouts = &tb_vk.set_layout};
+    VkResult result = tb_vk.AllocateDescriptorSets(tb_vk.device, &allocate, &set);
+    if (result != VK_SUCCESS)
+        return tb_vk_fail(result, "vkAllocateDescriptorSets");
+    /* absent operands are bound to y, which the shader then never reads */
+    const tb_engine_buffer *operands[4] = {op->a, op->b ? op->b : op->y, op->c ? op->c : op->y, op->y};
+    VkDescriptorBufferInfo infos[4];
+    VkWriteDescriptorSet writes[4];
+    for (int i = 0; i < 4; i++) {
+        infos[i] = (VkDescriptorBufferInfo){.buffer = ((const tb_vk_buffer *)operands[i]->backend)->buffer, .offset = 0,
+                                            .range = VK_WHOLE_SIZE};
+        writes[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
+                                           .dstBinding = (uint32_t)i, .descriptorCount = 1,
+                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &infos[i]};
+    }
+    tb_vk.UpdateDescriptorSets(tb_vk.device, 4, writes, 0, NULL);
+    uint32_t push[8] = {0};
+    uint32_t gx = 1, gy = 1;
+    const uint32_t *limit = tb_vk.info.max_workgroup_count;
+    switch (op->kind) {
+    case TB_ENGINE_OP_UNARY:
+    case TB_ENGINE_OP_BINARY: {
+        push[0] = (uint32_t)op->n;
+        push[1] = (uint32_t)op->code;
+        push[2] = (uint32_t)(op->kind == TB_ENGINE_OP_BINARY ? op->b_len : 1);
+        memcpy(&push[3], &op->alpha, 4);
+        memcpy(&push[4], &op->lo, 4);
+        memcpy(&push[5], &op->hi, 4);
+        gx = groups(op->n, 256, limit[0]);
+        break;
+    }
+    case TB_ENGINE_OP_MATMUL:
+        push[0] = (uint32_t)op->m;
+        push[1] = (uint32_t)op->n;
+        push[2] = (uint32_t)op->k;
+        push[3] = op->trans_b ? 1u : 0u;
+        push[4] = op->c ? 1u : 0u;
+        if (gemv) { /* shaders/gemv.comp: a workgroup per column (trans_b) or per 64 columns */
+            gx = groups(op->n, op->trans_b ? 1 : 64, limit[0]);
+        } else { /* 64x64 tiles (shaders/matmul.comp) */
+            gx = groups(op->n, 64, limit[0]);
+            gy = groups(op->m, 64, limit[1]);
+        }
+        break;
+    default:
+        push[0] = (uint32_t)op->rows;
+        push[1] = (uint32_t)op->len;
+        push[2] = op->kind == TB_ENGINE_OP_SOFTMAX ? (op->log ? 1u : 0u) : ((op->b ? 1u : 0u) | (op->c ? 2u : 0u));
+        memcpy(&push[3], &op->eps, 4);
+        gx = groups(op->rows, 1, limit[0]);
+        break;
+    }
+    tb_vk.CmdBindPipeline(tb_vk.command_buffer, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
+    tb_vk.CmdBindDescriptorSets(tb_vk.command_buffer, VK_PIPELINE_BIND_POINT_COMPUTE, tb_vk.pipeline_layout, 0, 1, &set,
+                                0, NULL);
+    tb_vk.CmdPushConstants(tb_vk.command_buffer, tb_vk.pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof push, push);
+    tb_vk.CmdDispatch(tb_vk.command_buffer, gx, gy, 1);
+    return TB_OK;
+}
+
+static void barrier(VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+    VkMemoryBarrier memory = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                              .dstAccessMask = dst_access};
+    tb_vk.CmdPipelineBarrier(tb_vk.command_buffer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst_stage, 0, 1, &memory, 0,
+                             NULL, 0, NULL);
+}
+
+static tb_status run_locked(const tb_engine_op *ops, int count) {
+    TB_TRY(tb_vk_init_locked());
+    int dispatches = 0;
+    for (int i = 0; i < count; i++) {
+        tb_status status = tb_engine_op_validate(&tb_engine_vulkan, &ops[i]);
+        if (status == TB_OK && !supports_locked(&ops[i]))
+            status = tb_error_set(TB_ERR_UNSUPPORTED,
+                                  "an operand exceeds the device's maxStorageBufferRange (%llu bytes) or 2^31 elements; "
+                                  "splitting large tensors is not implemented",
+                                  (unsigned long long)tb_vk.info.max_storage_buffer_range);
+        if (status != TB_OK)
+            return tb_error_prefix(status, "vulkan: op %d (%s)", i, tb_engine_op_kind_name(ops[i].kind));
+        dispatches += !op_is_empty(&ops[i]);
+    }
+    if (dispatches == 0)
+        return TB_OK;
+    TB_TRY(ensure_descriptor_pool((uint32_t)dispatches));
+    tb_vk.ResetCommandPool(tb_vk.device, tb_vk.command_pool, 0);
+    VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                      .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkResult result = tb_vk.BeginCommandBuffer(tb_vk.command_buffer, &begin);
+    if (result != VK_SUCCESS)
+        return tb_vk_fail(result, "vkBeginCommandBuffer");
+    tb_status status = TB_OK;
+    int recorded = 0;
+    for (int i = 0; i < count && status == TB_OK; i++) {
+        if (op_is_empty(&ops[i]))
+            continue;
+        if (recorded > 0) /* each op sees the previous ones' writes */
+            barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        status = record_op(&ops[i]);
+        if (status != TB_OK)
+            status = tb_error_prefix(status, "vulkan: op %d (%s)", i, tb_engine_op_kind_name(ops[i].kind));
+        recorded++;
+    }
+    barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT); /* results visible to the mapped pointers */
+    result = tb_vk.EndCommandBuffer(tb_vk.command_buffer);
+    if (status != TB_OK)
+        return status;
+    if (result != VK_SUCCESS)
+        return tb_vk_fail(result, "vkEndCommandBuffer");
+    VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
+                           .pCommandBuffers = &tb_vk.command_buffer};
+    if ((result = tb_vk.QueueSubmit(tb_vk.queue, 1, &submit, tb_vk.fence)) != VK_SUCCESS)
+        return tb_vk_fail(result, "vkQueueSubmit");
+    result = tb_vk.WaitForFences(tb_vk.device, 1, &tb_vk.fence, VK_TRUE, UINT64_MAX);
+    tb_vk.ResetFences(tb_vk.device, 1, &tb_vk.fence);
+    if (result != VK_SUCCESS)
+        return tb_vk_fail(result, "vkWaitForFences");
+    tb_vk.info.submits++;
+    tb_vk.info.dispatches += (uint64_t)recorded;
+    return TB_OK;
+}
+
+static tb_status vk_run(const tb_engine_op *ops, int count) {
+    pthread_mutex_lock(&tb_vk_lock);
+    tb_status status = run_locked(ops, count);
+    pthread_mutex_unlock(&tb_vk_lock);
+    return status;
+}
+
+static tb_status vk_synchronize(void) {
+    pthread_mutex_lock(&tb_vk_lock);
+    if (tb_vk.device)
+        tb_vk.DeviceWaitIdle(tb_vk.device);
+    pthread_mutex_unlock(&tb_vk_lock);
+    return TB_OK;
+}
+
+tb_status tb_engine_vulkan_reset(void) {
+    pthread_mutex_lock(&tb_vk_lock);
+    tb_status status = tb_vk_shutdown_locked();
+    pthread_mutex_unlock(&tb_vk_lock);
+    return status;
+}
+
+const tb_engine tb_engine_vulkan = {
+    .name = "vulkan", .init = vk_init, .device_info = vk_device_info, .supports_op = vk_supports,
+    .buffer_alloc = vk_alloc, .buffer_free = vk_free, .buffer_upload = vk_upload, .buffer_download = vk_download,
+    .run = vk_run, .synchronize = vk_synchronize,
+};
+#endif

@@ -1,0 +1,99 @@
+/* Internal state of the vulkan engine: the entry points loaded from the dlopen'd loader, the chosen
+ * device and the objects every dispatch shares. Built only when <vulkan/vulkan.h> was found at build
+ * time (TB_HAVE_VULKAN_HEADERS); the headers declare types only, nothing is linked (VK_NO_PROTOTYPES).
+ *
+ * Threading: one mutex (tb_vk_lock) serializes every engine call; the engine is a process-wide
+ * singleton brought up by tb_vk_init and torn down by tb_vk_shutdown. */
+#ifndef TORCHBURN_ENGINE_VULKAN_VK_INTERNAL_H
+#define TORCHBURN_ENGINE_VULKAN_VK_INTERNAL_H
+
+#define VK_NO_PROTOTYPES
+#include <pthread.h>
+#include <vulkan/vulkan.h>
+
+#include "engine/engine_internal.h"
+
+/* Entry points by scope: global (from vkGetInstanceProcAddr(NULL, ...)), instance, device. */
+#define TB_VK_GLOBAL_FUNCTIONS(X) X(CreateInstance) X(EnumerateInstanceVersion)
+#define TB_VK_INSTANCE_FUNCTIONS(X)                                                                      \
+    X(DestroyInstance) X(EnumeratePhysicalDevices) X(GetPhysicalDeviceProperties)                        \
+    X(GetPhysicalDeviceProperties2) X(GetPhysicalDeviceQueueFamilyProperties)                             \
+    X(GetPhysicalDeviceMemoryProperties) X(CreateDevice) X(GetDeviceProcAddr)
+#define TB_VK_DEVICE_FUNCTIONS(X)                                                                        \
+    X(DestroyDevice) X(GetDeviceQueue) X(CreateBuffer) X(DestroyBuffer) X(GetBufferMemoryRequirements)   \
+    X(AllocateMemory) X(FreeMemory) X(BindBufferMemory) X(MapMemory) X(UnmapMemory) X(CreateShaderModule) \
+    X(DestroyShaderModule) X(CreateDescriptorSetLayout) X(DestroyDescriptorSetLayout)                      \
+    X(CreatePipelineLayout) X(DestroyPipelineLayout) X(CreateComputePipelines) X(DestroyPipeline)          \
+    X(CreateDescriptorPool) X(DestroyDescriptorPool) X(ResetDescriptorPool) X(AllocateDescriptorSets)      \
+    X(UpdateDescriptorSets) X(CreateCommandPool) X(DestroyCommandPool) X(AllocateCommandBuffers)           \
+    X(ResetCommandPool) X(BeginCommandBuffer) X(EndCommandBuffer) X(CmdBindPipeline)                      \
+    X(CmdBindDescriptorSets) X(CmdPushConstants) X(CmdDispatch) X(CmdPipelineBarrier) X(QueueSubmit)        \
+    X(CreateFence) X(DestroyFence) X(WaitForFences) X(ResetFences) X(DeviceWaitIdle)
+
+/* The shaders (looked up by name in tb_spirv_shaders when their pipeline is first built). */
+typedef enum tb_vk_kernel {
+    TB_VK_KERNEL_BINARY = 0,
+    TB_VK_KERNEL_GEMV,
+    TB_VK_KERNEL_LAYER_NORM,
+    TB_VK_KERNEL_MATMUL,
+    TB_VK_KERNEL_RMS_NORM,
+    TB_VK_KERNEL_SOFTMAX,
+    TB_VK_KERNEL_UNARY,
+    TB_VK_KERNEL_COUNT
+} tb_vk_kernel;
+
+/* A device buffer: host-visible, host-coherent memory, mapped for its whole life. */
+typedef struct tb_vk_buffer {
+    VkBuffer buffer;
+    VkDeviceMemory memory;
+    VkDeviceSize capacity;
+} tb_vk_buffer;
+
+enum { TB_VK_POOL_SLOTS = 64 };
+
+typedef struct tb_vk_state {
+    bool attempted, ready;
+    tb_engine_device_info info; /* also holds the reason when not ready */
+    void *library;
+#define TB_VK_DECLARE(name) PFN_vk##name name;
+    PFN_vkGetInstanceProcAddr GetInstanceProcAddr;
+    TB_VK_GLOBAL_FUNCTIONS(TB_VK_DECLARE)
+    TB_VK_INSTANCE_FUNCTIONS(TB_VK_DECLARE)
+    TB_VK_DEVICE_FUNCTIONS(TB_VK_DECLARE)
+#undef TB_VK_DECLARE
+    VkInstance instance;
+    VkPhysicalDevice physical;
+    VkDevice device;
+    VkQueue queue;
+    uint32_t queue_family;
+    uint32_t memory_type;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout pipeline_layout;
+    VkPipeline pipelines[TB_VK_KERNEL_COUNT]; /* created on first use */
+    VkCommandPool command_pool;
+    VkCommandBuffer command_buffer;
+    VkFence fence;
+    VkDescriptorPool descriptor_pool;
+    uint32_t descriptor_pool_sets;
+    /* freed buffers kept for reuse, and their total */
+    tb_engine_buffer *pool[TB_VK_POOL_SLOTS];
+    int pool_count;
+    VkDeviceSize pool_bytes;
+    int64_t live_buffers;
+} tb_vk_state;
+
+extern tb_vk_state tb_vk;
+extern pthread_mutex_t tb_vk_lock;
+
+/* Loads the library, creates the instance and device (once; later calls return the first outcome).
+ * Caller holds tb_vk_lock. */
+tb_status tb_vk_init_locked(void);
+/* Destroys everything (buffers must all be freed) so the next init probes again. Caller holds the lock. */
+tb_status tb_vk_shutdown_locked(void);
+/* Releases the pooled free buffers. Caller holds the lock. */
+void tb_vk_pool_drain_locked(void);
+
+/* "vkCreateBuffer failed: VK_ERROR_OUT_OF_DEVICE_MEMORY" and the matching status. */
+tb_status tb_vk_fail(VkResult result, const char *what);
+
+#endif

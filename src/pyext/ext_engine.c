@@ -1,0 +1,274 @@
+/* Python bindings of the engine layer (include/torchburn/engine.h), used by torchburn/gpu.py:
+ * engine names, the active engine, device facts, resetting the vulkan probe, and engine_run, which
+ * runs a list of ops on one engine over float32 arrays (copied into engine buffers, results copied
+ * back into the arrays that ops write), so every engine can be compared with `reference`. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/elementwise.h"
+#include "pyext.h"
+#include "torchburn/engine.h"
+
+static const tb_engine *engine_arg(PyObject *name_object) {
+    const char *name = PyUnicode_AsUTF8(name_object);
+    if (!name)
+        return NULL;
+    const tb_engine *engine = tb_engine_find(name);
+    if (!engine)
+        PyErr_Format(PyExc_ValueError, "unknown engine '%s' (native_cpu, reference, vulkan)", name);
+    return engine;
+}
+
+static PyObject *py_engine_names(PyObject *module, PyObject *unused) {
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < tb_engine_count(); i++) {
+        PyObject *name = PyUnicode_FromString(tb_engine_at(i)->name);
+        if (!name || PyList_Append(list, name) != 0) {
+            Py_XDECREF(name);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(name);
+    }
+    return list;
+}
+
+static PyObject *py_engine_active(PyObject *module, PyObject *unused) {
+    const tb_engine *engine;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_engine_active(&engine);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    return PyUnicode_FromString(engine->name);
+}
+
+static PyObject *py_engine_select_from_env(PyObject *module, PyObject *unused) {
+    tb_status status = tb_engine_select_from_env();
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_engine_vulkan_reset(PyObject *module, PyObject *unused) {
+    tb_status status = tb_engine_vulkan_reset();
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_engine_info(PyObject *module, PyObject *name_object) {
+    const tb_engine *engine = engine_arg(name_object);
+    if (!engine)
+        return NULL;
+    tb_engine_device_info info;
+    Py_BEGIN_ALLOW_THREADS
+    engine->device_info(&info);
+    Py_END_ALLOW_THREADS
+    char api[32] = ""; /* Vulkan's packing: variant:3 major:7 minor:10 patch:12 */
+    if (info.api_version)
+        snprintf(api, sizeof api, "%u.%u.%u", (info.api_version >> 22) & 0x7Fu, (info.api_version >> 12) & 0x3FFu,
+                 info.api_version & 0xFFFu);
+    return Py_BuildValue(
+        "{s:s,s:O,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:K,s:K,s:{s:K,s:(III),s:I,s:I,s:I},s:i,s:i,s:K,s:K}",
+        "engine", engine->name, "available", info.available ? Py_True : Py_False, "reason", info.reason, "backend",
+        info.backend, "adapter_name", info.adapter_name, "device_type", info.device_type, "driver_name",
+        info.driver_name, "driver_info", info.driver_info, "api_version", api,
+        "vendor_id", info.vendor_id, "device_id", info.device_id, "vram_bytes", (unsigned long long)info.vram_bytes,
+        "driver_version", (unsigned long long)info.driver_version, "limits", "max_storage_buffer_range",
+        (unsigned long long)info.max_storage_buffer_range, "max_workgroup_count", info.max_workgroup_count[0],
+        info.max_workgroup_count[1], info.max_workgroup_count[2], "max_workgroup_invocations",
+        info.max_workgroup_invocations, "max_shared_memory_bytes", info.max_shared_memory_bytes, "subgroup_size",
+        info.subgroup_size, "device_index", info.device_index, "device_count", info.device_count, "submits",
+        (unsigned long long)info.submits, "dispatches", (unsigned long long)info.dispatches);
+}
+
+/* Reads optional dict entries into an op. Returns 0 or -1 with an exception. */
+static int get_int(PyObject *dict, const char *key, int64_t *out) {
+    PyObject *value = PyDict_GetItemString(dict, key);
+    if (!value)
+        return 0;
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int get_float(PyObject *dict, const char *key, float *out) {
+    PyObject *value = PyDict_GetItemString(dict, key);
+    if (!value)
+        return 0;
+    double v = PyFloat_AsDouble(value);
+    if (v == -1.0 && PyErr_Occurred())
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static int name_index(const char *name, const char *const *names, int count) {
+    for (int i = 0; i < count; i++)
+        if (strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* op dict -> tb_engine_op; operand entries are indices into `buffers` (None or absent: no operand) */
+static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuffers, bool *written, tb_engine_op *op) {
+    if (!PyDict_Check(dict)) {
+        PyErr_SetString(PyExc_TypeError, "engine_run: each op must be a dict");
+        return -1;
+    }
+    memset(op, 0, sizeof *op);
+    PyObject *kind = PyDict_GetItemString(dict, "kind");
+    const char *kind_name = kind ? PyUnicode_AsUTF8(kind) : NULL;
+    if (!kind_name) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "engine_run: op needs a 'kind'");
+        return -1;
+    }
+    int k = 0;
+    while (k < TB_ENGINE_OP_COUNT && strcmp(kind_name, tb_engine_op_kind_name((tb_engine_op_kind)k)) != 0)
+        k++;
+    if (k == TB_ENGINE_OP_COUNT) {
+        PyErr_Format(PyExc_ValueError, "engine_run: unknown op kind '%s'", kind_name);
+        return -1;
+    }
+    op->kind = (tb_engine_op_kind)k;
+    PyObject *code = PyDict_GetItemString(dict, "op");
+    if (op->kind == TB_ENGINE_OP_UNARY || op->kind == TB_ENGINE_OP_BINARY) {
+        const char *code_name = code ? PyUnicode_AsUTF8(code) : NULL;
+        if (!code_name) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "engine_run: unary/binary op needs an 'op' name");
+            return -1;
+        }
+        op->code = op->kind == TB_ENGINE_OP_UNARY ? name_index(code_name, tb_unary_op_names, TB_UNARY_COUNT)
+                                                  : name_index(code_name, tb_binary_op_names, TB_BINARY_COUNT);
+        if (op->code < 0) {
+            PyErr_Format(PyExc_ValueError, "engine_run: unknown %s op '%s'", kind_name, code_name);
+            return -1;
+        }
+    }
+    int64_t trans_b = 0, log = 0;
+    if (get_int(dict, "n", &op->n) || get_int(dict, "b_len", &op->b_len) || get_int(dict, "m", &op->m) ||
+        get_int(dict, "k", &op->k) || get_int(dict, "rows", &op->rows) || get_int(dict, "len", &op->len) ||
+        get_int(dict, "trans_b", &trans_b) || get_int(dict, "log", &log) || get_float(dict, "eps", &op->eps) ||
+        get_float(dict, "alpha", &op->alpha) || get_float(dict, "lo", &op->lo) || get_float(dict, "hi", &op->hi))
+        return -1;
+    op->trans_b = trans_b != 0;
+    op->log = log != 0;
+    static const char *const roles[4] = {"a", "b", "c", "y"};
+    tb_engine_buffer **slots[4] = {&op->a, &op->b, &op->c, &op->y};
+    for (int r = 0; r < 4; r++) {
+        PyObject *value = PyDict_GetItemString(dict, roles[r]);
+        if (!value || value == Py_None)
+            continue;
+        Py_ssize_t index = PyLong_AsSsize_t(value);
+        if (index == -1 && PyErr_Occurred())
+            return -1;
+        if (index < 0 || index >= nbuffers) {
+            PyErr_Format(PyExc_IndexError, "engine_run: operand %s=%zd is not an array index (%zd arrays)", roles[r],
+                         index, nbuffers);
+            return -1;
+        }
+        *slots[r] = buffers[index];
+        if (r == 3)
+            written[index] = true;
+    }
+    return 0;
+}
+
+static PyObject *py_engine_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "engine_run(engine, ops: list[dict], arrays: list)");
+        return NULL;
+    }
+    const tb_engine *engine = engine_arg(args[0]);
+    if (!engine)
+        return NULL;
+    Py_ssize_t nops = PyList_GET_SIZE(args[1]), narrays = PyList_GET_SIZE(args[2]);
+    if (nops > 4096 || narrays > 4096) {
+        PyErr_SetString(PyExc_ValueError, "engine_run: at most 4096 ops and 4096 arrays");
+        return NULL;
+    }
+    tb_tensor *tensors = PyMem_Calloc((size_t)narrays + 1, sizeof *tensors);
+    tb_engine_buffer **buffers = PyMem_Calloc((size_t)narrays + 1, sizeof *buffers);
+    bool *written = PyMem_Calloc((size_t)narrays + 1, sizeof *written);
+    tb_engine_op *ops = PyMem_Calloc((size_t)nops + 1, sizeof *ops);
+    PyObject *result = NULL;
+    Py_ssize_t imported = 0;
+    if (!tensors || !buffers || !written || !ops) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; imported < narrays; imported++) {
+        tb_tensor *t = &tensors[imported];
+        if (tb_py_import_tensor(PyList_GET_ITEM(args[2], imported), "arrays[i]", t) != 0)
+            goto done;
+        if (t->dtype != TB_F32 || (tb_tensor_numel(t) > 0 && !tb_tensor_is_contiguous(t))) {
+            imported++;
+            PyErr_Format(PyExc_TypeError, "engine_run: arrays[%zd] must be contiguous float32", imported - 1);
+            goto done;
+        }
+    }
+    tb_status status = engine->init();
+    for (Py_ssize_t i = 0; status == TB_OK && i < narrays; i++) {
+        size_t bytes = (size_t)tb_tensor_numel(&tensors[i]) * sizeof(float);
+        status = engine->buffer_alloc(bytes, &buffers[i]);
+        if (status == TB_OK)
+            status = engine->buffer_upload(buffers[i], 0, tb_tensor_data(&tensors[i]), bytes);
+    }
+    if (status != TB_OK) {
+        tb_py_raise(status);
+        goto done;
+    }
+    for (Py_ssize_t o = 0; o < nops; o++)
+        if (parse_op(PyList_GET_ITEM(args[1], o), buffers, narrays, written, &ops[o]) != 0)
+            goto done;
+    for (Py_ssize_t i = 0; i < narrays; i++) {
+        if (written[i] && tensors[i].storage->read_only) {
+            PyErr_Format(PyExc_ValueError, "engine_run: arrays[%zd] is written but read-only", i);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = engine->run(ops, (int)nops);
+    for (Py_ssize_t i = 0; status == TB_OK && i < narrays; i++)
+        if (written[i])
+            status = engine->buffer_download(buffers[i], 0, tb_tensor_data(&tensors[i]),
+                                             (size_t)tb_tensor_numel(&tensors[i]) * sizeof(float));
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK) {
+        tb_py_raise(status);
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; buffers && i < narrays; i++)
+        engine->buffer_free(buffers[i]);
+    for (Py_ssize_t i = 0; tensors && i < imported; i++)
+        tb_tensor_release(&tensors[i]);
+    PyMem_Free(tensors);
+    PyMem_Free(buffers);
+    PyMem_Free(written);
+    PyMem_Free(ops);
+    return result;
+}
+
+static PyMethodDef engine_functions[] = {
+    {"engine_names", py_engine_names, METH_NOARGS, "The engines of this build, in registry order."},
+    {"engine_active", py_engine_active, METH_NOARGS,
+     "The active engine's name (RuntimeError when TORCHBURN_DEVICE=gpu finds no GPU)."},
+    {"engine_select_from_env", py_engine_select_from_env, METH_NOARGS,
+     "Reads TORCHBURN_ENGINE / TORCHBURN_DEVICE again (tests)."},
+    {"engine_vulkan_reset", py_engine_vulkan_reset, METH_NOARGS,
+     "Forgets the vulkan device so the next use probes again with the current settings."},
+    {"engine_info", py_engine_info, METH_O, "engine_info(name) -> dict of device facts and limits."},
+    {"engine_run", (PyCFunction)(void (*)(void))py_engine_run, METH_FASTCALL,
+     "engine_run(engine, ops, arrays): runs ops (dicts) on the engine over float32 arrays, writing results back."},
+    {NULL},
+};
+
+int tb_pyext_register_engine(PyObject *module) { return PyModule_AddFunctions(module, engine_functions); }
