@@ -55,6 +55,9 @@ TB_API tb_dtype tb_pw_binary_compute_dtype(tb_pw_binary op, tb_dtype promoted, t
 
 /* One element of a unary op in the float domain (the scalar formula of the table; TEST ops give 0/1). */
 TB_API double tb_pw_eval_unary(tb_pw_unary op, double x, const tb_pw_params *params);
+/* One element of a binary op in the float domain (bitwise ops: NaN), and of a unary op's derivative. */
+TB_API double tb_pw_eval_binary(tb_pw_binary op, double a, double b, const tb_pw_params *params);
+TB_API double tb_pw_eval_unary_grad(tb_pw_unary op, double x, double y, const tb_pw_params *params);
 
 /* out = op(x) computed in compute_dtype's domain (see tb_pw_unary_result_dtype) and stored in out's
  * dtype (out_dtype when out is zeroed). Errors: TB_ERR_DTYPE for an op the dtype does not have

@@ -77,6 +77,24 @@ double tb_pw_eval_unary(tb_pw_unary op, double x, const tb_pw_params *p) {
     }
 }
 
+double tb_pw_eval_binary(tb_pw_binary op, double a, double b, const tb_pw_params *p) {
+    switch (op) {
+#define EVAL(id, name, simd) case TB_PWB_##id: return tb_pwb_##name(a, b, p);
+        TB_PW_BINARY_ARITH_LIST(EVAL) TB_PW_BINARY_FDIV_LIST(EVAL) TB_PW_BINARY_CMP_LIST(EVAL) TB_PW_BINARY_LOGIC_LIST(EVAL)
+#undef EVAL
+    default: return NAN; /* bitwise ops have no float form */
+    }
+}
+
+double tb_pw_eval_unary_grad(tb_pw_unary op, double x, double y, const tb_pw_params *p) {
+    switch (op) {
+#define EVAL(id, name, simd) case TB_PW_##id: return tb_pw_grad_##name(x, y, p);
+        TB_PW_UNARY_FLOAT_LIST(EVAL) TB_PW_UNARY_SAME_LIST(EVAL)
+#undef EVAL
+    default: return 0;
+    }
+}
+
 /* ---- staging ---- */
 
 static void set_scalar(tb_staged *out, tb_domain domain, double f, int64_t i) {

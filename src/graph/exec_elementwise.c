@@ -103,40 +103,18 @@ static float unary_extra(int op, float x, const tb_ew_instr *in) {
 }
 
 static float binary_extra(int op, float a, float b, float alpha) {
-    switch (op) {
-    case TB_GRAPH_BINARY_GELU_BACKWARD: {
-        float cdf = 0.5f * (1.0f + erff(b * 0.70710678118654752f));
-        float pdf = expf(-0.5f * b * b) * 0.39894228040143268f;
-        return a * (cdf + b * pdf);
+    if (op == TB_GRAPH_BINARY_THRESHOLD_BACKWARD)
+        return b <= alpha ? 0.0f : a;
+    if (op >= TB_GRAPH_BINARY_TABLE && op < TB_GRAPH_BINARY_GRAD) {
+        tb_pw_params p = {alpha == 0 ? 1.0 : alpha, 0, 0};
+        return (float)tb_pw_eval_binary((tb_pw_binary)(op - TB_GRAPH_BINARY_TABLE), a, b, &p);
     }
-    case TB_GRAPH_BINARY_GELU_TANH_BACKWARD: {
-        const float beta = 0.7978845608028654f, kappa = 0.044715f;
-        float x2 = b * b;
-        float inner = beta * (b + kappa * x2 * b);
-        float t = tanhf(inner);
-        float left = 0.5f * b, right = 1.0f + t;
-        float right_derivative = left * (1.0f - t * t) * beta * (1.0f + 3.0f * kappa * x2);
-        return a * (0.5f * right + right_derivative);
+    if (op >= TB_GRAPH_BINARY_GRAD && op < TB_GRAPH_BINARY_COUNT) {
+        tb_pw_params p = {0, 0, 0};
+        return (float)((double)a * tb_pw_eval_unary_grad((tb_pw_unary)(op - TB_GRAPH_BINARY_GRAD), b, b, &p));
     }
-    case TB_GRAPH_BINARY_SILU_BACKWARD: {
-        float s = 1.0f / (1.0f + expf(-b));
-        return a * s * (1.0f + b * (1.0f - s));
-    }
-    case TB_GRAPH_BINARY_SIGMOID_BACKWARD: return a * (1.0f - b) * b;
-    case TB_GRAPH_BINARY_TANH_BACKWARD: return a * (1.0f - b * b);
-    case TB_GRAPH_BINARY_THRESHOLD_BACKWARD: return b <= alpha ? 0.0f : a;
-    case TB_GRAPH_BINARY_LOGICAL_AND: return (a != 0.0f && b != 0.0f) ? 1.0f : 0.0f;
-    case TB_GRAPH_BINARY_LOGICAL_OR: return (a != 0.0f || b != 0.0f) ? 1.0f : 0.0f;
-    case TB_GRAPH_BINARY_REMAINDER: {
-        float r = fmodf(a, b);
-        if (r != 0.0f && ((b < 0) != (r < 0)))
-            r += b;
-        return r;
-    }
-    case TB_GRAPH_BINARY_FMOD: return fmodf(a, b);
-    case TB_GRAPH_BINARY_ATAN2: return atan2f(a, b);
-    default: return NAN;
-    }
+    return NAN;
+}
 }
 
 static bool compare(int op, float a, float b) {

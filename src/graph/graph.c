@@ -34,8 +34,11 @@ const char *const tb_graph_unary_names[] = {
 #define NAME(id, name) name,
 #define TABLE_NAME(id, name, simd) #name,
     TB_UNARY_OP_LIST(NAME) TB_PW_UNARY_LIST(TABLE_NAME) "identity", NULL};
+#define TABLE_BACKWARD_NAME(id, name, simd) #name "_backward",
+const char *const tb_graph_binary_names[] = {TB_BINARY_OP_LIST(NAME) "threshold_backward" ,
+    TB_PW_BINARY_LIST(TABLE_NAME) TB_PW_UNARY_LIST(TABLE_BACKWARD_NAME) NULL};
+#undef TABLE_BACKWARD_NAME
 #undef TABLE_NAME
-const char *const tb_graph_binary_names[] = {TB_BINARY_OP_LIST(NAME) TB_GRAPH_BINARY_EXTRA_LIST(NAME) NULL};
 const char *const tb_graph_compare_names[] = {TB_COMPARE_OP_LIST(NAME) NULL};
 const char *const tb_graph_reduce_names[] = {TB_REDUCE_OP_LIST(NAME) "mean", NULL};
 #undef NAME

@@ -20,18 +20,12 @@
  * resolve to the first (the kernel). Params follow tb_pw_params: alpha, lo, hi. */
 #define TB_GRAPH_UNARY_OP(ID) (TB_GRAPH_UNARY_TABLE + TB_PW_##ID)
 
-#define TB_GRAPH_BINARY_EXTRA_LIST(X)                                                              \
-    X(GELU_BACKWARD, "gelu_backward")           /* (grad, x) exact erf form */                    \
-    X(GELU_TANH_BACKWARD, "gelu_tanh_backward") /* (grad, x) */                                   \
-    X(SILU_BACKWARD, "silu_backward")           /* (grad, x) */                                   \
-    X(SIGMOID_BACKWARD, "sigmoid_backward")     /* (grad, y = sigmoid(x)) */                      \
-    X(TANH_BACKWARD, "tanh_backward")           /* (grad, y = tanh(x)) */                         \
-    X(THRESHOLD_BACKWARD, "threshold_backward") /* (grad, x): x > alpha ? grad : 0 */             \
-    X(LOGICAL_AND, "logical_and")                                                                 \
-    X(LOGICAL_OR, "logical_or")                                                                   \
-    X(REMAINDER, "remainder") /* Python-style modulo (sign of the divisor), as torch.remainder */ \
-    X(FMOD, "fmod")                                                                               \
-    X(ATAN2, "atan2")
+/* Binary sub-ops: the f32 kernel ops, threshold_backward (grad, x): x > alpha ? grad : 0, then every
+ * binary op of the op table (evaluated by its scalar formula), then for every unary table op its
+ * backward "<name>_backward" (grad, saved) = grad * d op (saved is x, or y for the ops of
+ * TB_PW_GRAD_FROM_RESULT_LIST: gelu_backward, silu_backward take x; sigmoid_backward, tanh_backward y). */
+#define TB_GRAPH_BINARY_OP(ID) (TB_GRAPH_BINARY_TABLE + TB_PWB_##ID)
+#define TB_GRAPH_UNARY_BACKWARD_OP(ID) (TB_GRAPH_BINARY_GRAD + TB_PW_##ID)
 
 enum {
     TB_GRAPH_UNARY_TABLE = TB_UNARY_COUNT,
@@ -39,10 +33,10 @@ enum {
     TB_GRAPH_UNARY_COUNT
 };
 enum {
-#define TB_GRAPH_BINARY_EXTRA_ENUM(id, name) TB_GRAPH_BINARY_##id,
-    TB_GRAPH_BINARY_FIRST_EXTRA = TB_BINARY_COUNT - 1,
-    TB_GRAPH_BINARY_EXTRA_LIST(TB_GRAPH_BINARY_EXTRA_ENUM) TB_GRAPH_BINARY_COUNT
-#undef TB_GRAPH_BINARY_EXTRA_ENUM
+    TB_GRAPH_BINARY_THRESHOLD_BACKWARD = TB_BINARY_COUNT,
+    TB_GRAPH_BINARY_TABLE,
+    TB_GRAPH_BINARY_GRAD = TB_GRAPH_BINARY_TABLE + TB_PW_BINARY_COUNT,
+    TB_GRAPH_BINARY_COUNT = TB_GRAPH_BINARY_GRAD + TB_PW_UNARY_COUNT
 };
 /* REDUCE ops: the kernel reductions, then mean. */
 enum { TB_GRAPH_REDUCE_MEAN = TB_REDUCE_COUNT, TB_GRAPH_REDUCE_COUNT };

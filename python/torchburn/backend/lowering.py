@@ -27,7 +27,9 @@ _TABLE = _C.graph_op_table()
 UNARY: dict = {}
 for _i, _name in enumerate(_TABLE["unary"]):  # a table op that also has a SIMD kernel: the kernel (first)
     UNARY.setdefault(_name, _i)
-BINARY = {name: i for i, name in enumerate(_TABLE["binary"])}
+BINARY: dict = {}
+for _i, _name in enumerate(_TABLE["binary"]):  # kernel ops first, then the op table's
+    BINARY.setdefault(_name, _i)
 COMPARE = {name: i for i, name in enumerate(_TABLE["compare"])}
 REDUCE = {name: i for i, name in enumerate(_TABLE["reduce"])}
 ACTIVATION = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4, "sigmoid": 5, "tanh": 6}

@@ -258,6 +258,15 @@ _BINARY_TARGETS = {
 }
 
 
+# every other float-valued binary op of the op table (hypot, copysign, xlogy, logaddexp, fmax, ...)
+for _name, (_arity, _kind) in _C._tt_op_kinds().items():
+    _packet = getattr(aten, _name, None)
+    if _arity == "binary" and _kind in ("arith", "fdiv") and _packet is not None:
+        for _overload in ("Tensor", "default"):
+            if hasattr(_packet, _overload):
+                _BINARY_TARGETS.setdefault(getattr(_packet, _overload), _name)
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) or isinstance(x, bool)
 
