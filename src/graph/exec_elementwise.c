@@ -115,7 +115,6 @@ static float binary_extra(int op, float a, float b, float alpha) {
     }
     return NAN;
 }
-}
 
 static bool compare(int op, float a, float b) {
     switch (op) {
