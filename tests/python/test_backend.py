@@ -777,3 +777,19 @@ def test_plan_reduce_over_an_empty_input():
     plan, _ = g.compile()
     (out,) = plan(torch.ones(0, 3))
     torch.testing.assert_close(torch.from_dlpack(out) if not isinstance(out, torch.Tensor) else out, torch.zeros(3))
+
+
+@pytest.mark.parametrize("name", ["hypot", "copysign", "xlogy", "logaddexp", "fmax", "fmin", "floor_divide",
+                                  "nextafter", "atan2", "remainder", "fmod"])
+def test_table_binary_ops_lower_natively(name):
+    a = torch.empty(3, 17).uniform_(0.5, 2.0)
+    b = torch.empty(3, 17).uniform_(-2.0, 2.0)
+
+    def fn(a, b):
+        return getattr(torch, name)(a, b) * 2
+
+    compiled_fn = compiled(fn)
+    with Recorder() as recorder:
+        got = compiled_fn(a, b)
+    torch.testing.assert_close(got, fn(a, b), rtol=1e-5, atol=1e-5)
+    assert_all_native(recorder)
