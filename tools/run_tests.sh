@@ -51,7 +51,7 @@ if [ "${TB_SKIP_SANITIZERS:-0}" != "1" ]; then
   cp -r python/torchburn "$site/" && cp tools/sanitized_site/sitecustomize.py "$site/"
   find "$site" \( -name "_C*.so" -o -name __pycache__ \) -prune -exec rm -rf {} +
   cp build/asan/_C*.so "$site/torchburn/"
-  LD_PRELOAD="$(gcc -print-file-name=libasan.so)" PYTHONPATH="$site" python3 -c \
+  LD_PRELOAD="$(gcc -print-file-name=libasan.so)" PYTHONPATH="$site" ASAN_OPTIONS=detect_leaks=0 python3 -c \
     "import torchburn, sys; sys.exit(0 if torchburn._C.__file__.startswith('$site') else 'not the sanitized _C')"
   LD_PRELOAD="$(gcc -print-file-name=libasan.so)" PYTHONPATH="$site" \
     ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
