@@ -8,6 +8,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import turbo_torch as torch
 
+from torchburn import _C as _TC
+
 from .. import functional as F
 from .. import init
 from .module import Module, Parameter
@@ -253,6 +255,8 @@ class Unflatten(Module):
 
 # ---- linear ----------------------------------------------------------------------------------------
 
+_linear = _TC._tt_linear
+
 class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
                  dtype: Any = None) -> None:
@@ -273,7 +277,8 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input: Any) -> Any:
-        return F.linear(input, self.weight, self.bias)
+        fused = _linear(input, self.weight, self.bias)  # float32: one C call (GEMM + bias, one node)
+        return F.linear(input, self.weight, self.bias) if fused is None else fused
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -61,6 +61,53 @@ def _addindent(text: str, spaces: int) -> str:
     return first + "\n" + "\n".join(" " * spaces + line for line in lines)
 
 
+class _Members(OrderedDict):
+    """A Module's _parameters / _buffers / _modules table that mirrors every entry into the owner's
+    __dict__, so `self.weight` in forward is a plain attribute hit instead of a __getattr__ call. All
+    writes (also direct ones such as `module._parameters["w"] = p`) go through these methods."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: "Module") -> None:
+        super().__init__()
+        self._owner = owner
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        OrderedDict.__setitem__(self, key, value)
+        self._owner.__dict__[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        OrderedDict.__delitem__(self, key)
+        self._owner.__dict__.pop(key, None)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            self._owner.__dict__.pop(key, None)
+        return OrderedDict.pop(self, key, *default)
+
+    def clear(self) -> None:
+        for key in list(self):
+            self._owner.__dict__.pop(key, None)
+        OrderedDict.clear(self)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in OrderedDict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def popitem(self, last: bool = True) -> Any:
+        key, value = OrderedDict.popitem(self, last)
+        self._owner.__dict__.pop(key, None)
+        return key, value
+
+    def __reduce__(self) -> Any:
+        return (OrderedDict, (list(self.items()),))
+
+
 class Module:
     """Base class of all layers (torch.nn.Module)."""
 
@@ -71,10 +118,10 @@ class Module:
         if args or kwargs:
             raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments")
         object.__setattr__(self, "training", True)
-        object.__setattr__(self, "_parameters", OrderedDict())
-        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_parameters", _Members(self))
+        object.__setattr__(self, "_buffers", _Members(self))
         object.__setattr__(self, "_non_persistent_buffers_set", set())
-        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_modules", _Members(self))
         object.__setattr__(self, "_forward_hooks", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_hook_id", 0)
@@ -214,7 +261,7 @@ class Module:
             return
         object.__setattr__(self, name, value)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # members are mirrored in __dict__; this is the slow path
         d = self.__dict__
         for table in ("_parameters", "_buffers", "_modules"):
             entries = d.get(table)
@@ -484,6 +531,11 @@ class Module:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        for table in ("_parameters", "_buffers", "_modules"):  # copies arrive as plain dicts: mirror again
+            members = _Members(self)
+            for key, value in state.get(table, {}).items():
+                members[key] = value
+            object.__setattr__(self, table, members)
 
 
 class _RemovableHandle:
