@@ -37,8 +37,8 @@ class SGD(Optimizer):
         momentum = group["momentum"]
         buffers, fresh = [], []
         for p in params:
-            state = self.state[p]
             if momentum != 0:
+                state = self.state[p]
                 buf = state.get("momentum_buffer")
                 fresh.append(buf is None)
                 if buf is None:
