@@ -92,11 +92,6 @@ static void store(tb_tensor *t, int64_t start, int64_t n, const double *values) 
     }
 }
 
-/* torch.lerp(start, end, weight), in the two-sided form PyTorch evaluates. */
-static inline double lerp(double start, double end, double weight) {
-    return weight < 0.5 ? start + weight * (end - start) : end - (end - start) * (1 - weight);
-}
-
 /* Increments the counter and returns its new value, as PyTorch reads it (rounded to its dtype). */
 static double bump_step(tb_tensor *step) {
     double value;
@@ -115,88 +110,107 @@ static double bump_step(tb_tensor *step) {
 
 /* The gradient as the update reads it: negated under maximize, plus L2 weight decay (not for AdamW,
  * which decays the parameter itself). */
-static void effective_grad(const tb_optim_options *o, bool coupled_decay, int64_t n, const double *param,
-                           double *grad) {
-    for (int64_t i = 0; i < n; i++) {
-        double g = o->maximize ? -grad[i] : grad[i];
-        if (coupled_decay && o->weight_decay != 0)
-            g += o->weight_decay * param[i];
-        grad[i] = g;
+static void effective_grad(const tb_optim_options *o, bool coupled_decay, int64_t n, const double *restrict param,
+                           double *restrict grad) {
+    const double sign = o->maximize ? -1.0 : 1.0, decay = coupled_decay ? o->weight_decay : 0.0;
+    if (decay == 0) { /* not g + 0 * p: an infinite parameter would make that NaN */
+        for (int64_t i = 0; i < n; i++)
+            grad[i] = sign * grad[i];
+        return;
     }
+    for (int64_t i = 0; i < n; i++)
+        grad[i] = sign * grad[i] + decay * param[i];
 }
 
+/* The chunk of one parameter, widened to double. The kernels copy the options they read into locals
+ * first: with -fno-strict-aliasing a double field of *o could alias the arrays, which would keep the
+ * loops from vectorizing. */
 typedef struct chunk {
     double p[CHUNK], g[CHUNK], s[TB_OPTIM_MAX_STATE][CHUNK];
 } chunk;
 
 static void sgd_chunk(const tb_optim_options *o, bool fresh, int64_t n, chunk *c) {
     effective_grad(o, true, n, c->p, c->g);
+    const double lr = o->lr, momentum = o->momentum, keep = 1 - o->dampening;
+    double *restrict p = c->p, *restrict g = c->g, *restrict buf = c->s[0];
+    if (momentum == 0) {
+        for (int64_t i = 0; i < n; i++)
+            p[i] -= lr * g[i];
+        return;
+    }
+    const bool nesterov = o->nesterov; /* nesterov: step along g + momentum * buf */
     for (int64_t i = 0; i < n; i++) {
-        double d = c->g[i];
-        if (o->momentum != 0) {
-            double buf = fresh ? d : o->momentum * c->s[0][i] + (1 - o->dampening) * d;
-            c->s[0][i] = buf;
-            d = o->nesterov ? d + o->momentum * buf : buf;
-        }
-        c->p[i] -= o->lr * d;
+        double b = fresh ? g[i] : momentum * buf[i] + keep * g[i];
+        buf[i] = b;
+        p[i] -= lr * (nesterov ? g[i] + momentum * b : b);
     }
 }
 
 static void adam_chunk(const tb_optim_options *o, double step, int64_t n, chunk *c) {
-    if (o->decoupled_weight_decay)
+    const double lr = o->lr, beta1 = o->beta1, beta2 = o->beta2, eps = o->eps;
+    double *restrict p = c->p, *restrict g = c->g, *restrict m = c->s[0], *restrict v = c->s[1];
+    double *restrict vmax = c->s[2];
+    if (o->decoupled_weight_decay) {
+        const double factor = 1 - lr * o->weight_decay;
         for (int64_t i = 0; i < n; i++)
-            c->p[i] *= 1 - o->lr * o->weight_decay;
-    effective_grad(o, !o->decoupled_weight_decay, n, c->p, c->g);
-    double step_size = o->lr / (1 - pow(o->beta1, step));
-    double correction2_sqrt = sqrt(1 - pow(o->beta2, step));
-    for (int64_t i = 0; i < n; i++) {
-        double g = c->g[i];
-        double m = lerp(c->s[0][i], g, 1 - o->beta1);
-        double v = c->s[1][i] * o->beta2 + (1 - o->beta2) * g * g;
-        c->s[0][i] = m;
-        c->s[1][i] = v;
-        if (o->amsgrad) {
-            v = v > c->s[2][i] ? v : c->s[2][i];
-            c->s[2][i] = v;
-        }
-        double denom = sqrt(v) / correction2_sqrt + o->eps;
-        c->p[i] -= step_size * m / denom;
+            p[i] *= factor;
     }
+    effective_grad(o, !o->decoupled_weight_decay, n, p, g);
+    const double step_size = lr / (1 - pow(beta1, step));
+    const double inv_correction2_sqrt = 1 / sqrt(1 - pow(beta2, step)); /* x / c as x * (1 / c): double rounding only */
+    const double weight = 1 - beta1;
+    /* torch.lerp: start + w * (end - start) for w < 0.5, end - (end - start) * (1 - w) otherwise */
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = weight < 0.5 ? m[i] + weight * (g[i] - m[i]) : g[i] - (g[i] - m[i]) * (1 - weight);
+        v[i] = v[i] * beta2 + (1 - beta2) * g[i] * g[i];
+    }
+    const double *restrict second = v;
+    if (o->amsgrad) {
+        for (int64_t i = 0; i < n; i++)
+            vmax[i] = v[i] > vmax[i] ? v[i] : vmax[i];
+        second = vmax;
+    }
+    for (int64_t i = 0; i < n; i++)
+        p[i] -= step_size * m[i] / (sqrt(second[i]) * inv_correction2_sqrt + eps);
 }
 
 static void rmsprop_chunk(const tb_optim_options *o, int64_t n, chunk *c) {
     effective_grad(o, true, n, c->p, c->g);
+    const double lr = o->lr, alpha = o->alpha, eps = o->eps, momentum = o->momentum, weight = 1 - alpha;
+    double *restrict p = c->p, *restrict g = c->g, *restrict square = c->s[0], *restrict buf = c->s[1];
+    double *restrict grad_avg = c->s[2];
+    double avg[CHUNK];
     for (int64_t i = 0; i < n; i++) {
-        double g = c->g[i];
-        double square_avg = o->alpha * c->s[0][i] + (1 - o->alpha) * g * g;
-        c->s[0][i] = square_avg;
-        double avg;
-        if (o->centered) {
-            double grad_avg = lerp(c->s[2][i], g, 1 - o->alpha);
-            c->s[2][i] = grad_avg;
-            avg = sqrt(square_avg - grad_avg * grad_avg);
-        } else {
-            avg = sqrt(square_avg);
+        square[i] = alpha * square[i] + (1 - alpha) * g[i] * g[i];
+        avg[i] = square[i];
+    }
+    if (o->centered)
+        for (int64_t i = 0; i < n; i++) {
+            double a = weight < 0.5 ? grad_avg[i] + weight * (g[i] - grad_avg[i])
+                                    : g[i] - (g[i] - grad_avg[i]) * (1 - weight);
+            grad_avg[i] = a;
+            avg[i] -= a * a;
         }
-        avg += o->eps;
-        if (o->momentum > 0) {
-            double buf = o->momentum * c->s[1][i] + g / avg;
-            c->s[1][i] = buf;
-            c->p[i] -= o->lr * buf;
-        } else {
-            c->p[i] -= o->lr * g / avg;
+    for (int64_t i = 0; i < n; i++)
+        avg[i] = sqrt(avg[i]) + eps;
+    if (momentum > 0) {
+        for (int64_t i = 0; i < n; i++) {
+            buf[i] = momentum * buf[i] + g[i] / avg[i];
+            p[i] -= lr * buf[i];
         }
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            p[i] -= lr * g[i] / avg[i];
     }
 }
 
 static void adagrad_chunk(const tb_optim_options *o, double step, int64_t n, chunk *c) {
     effective_grad(o, true, n, c->p, c->g);
-    double clr = o->lr / (1 + (step - 1) * o->lr_decay);
+    const double clr = o->lr / (1 + (step - 1) * o->lr_decay), eps = o->eps;
+    double *restrict p = c->p, *restrict g = c->g, *restrict sum = c->s[0];
     for (int64_t i = 0; i < n; i++) {
-        double g = c->g[i];
-        double sum = c->s[0][i] + g * g;
-        c->s[0][i] = sum;
-        c->p[i] -= clr * g / (sqrt(sum) + o->eps);
+        sum[i] += g[i] * g[i];
+        p[i] -= clr * g[i] / (sqrt(sum[i]) + eps);
     }
 }
 
