@@ -441,3 +441,18 @@ def test_scheduler_warns_when_stepped_before_optimizer() -> None:
     sched = tt.optim.lr_scheduler.StepLR(opt, 2)
     with pytest.warns(UserWarning, match="before `optimizer.step\\(\\)`"):
         sched.step()
+
+
+def test_optim_runs_without_torch() -> None:
+    import subprocess
+    import sys
+    program = "\n".join([
+        "import sys", "sys.modules['torch'] = None", "import turbo_torch as torch",
+        "w = torch.ones(3, requires_grad=True)",
+        "opt = torch.optim.AdamW([w], lr=0.1)",
+        "sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=5)",
+        "for _ in range(5):",
+        "    opt.zero_grad(); (w * w).sum().backward(); opt.step(); sched.step()",
+        "assert w.tolist()[0] < 1.0, w", "print('ok')"])
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
