@@ -392,3 +392,4 @@ result_type = _C._tt_result_type
 promote_types = _C._tt_promote_types
 
 from . import nn  # noqa: E402,F401
+from . import optim  # noqa: E402,F401

@@ -145,6 +145,14 @@ def _cases(tt: Any, torch: Any, np: Any) -> List[Dict[str, Any]]:
         row(f"{name} (1M floats)", b_big, lambda op=op: (lambda a, b: lambda: (
             a + b if op.__code__.co_code == (lambda a, b: a + b).__code__.co_code else np.exp(a)
             if "exp" in name else a.sum()))(np.ones(1 << 20, np.float32), np.ones(1 << 20, np.float32)))
+
+    for foreach in (False, True):  # turbo_torch always takes its C foreach step; torch both ways
+        def b_adam(m, foreach=foreach):
+            params = tensors(m, *[(64, 64)] * 100, grad=True)
+            for p in params:
+                p.grad = m.randn(64, 64)
+            return m.optim.Adam(params, lr=1e-3, foreach=foreach).step
+        row(f"Adam step, 100 tensors of 64x64 (torch foreach={foreach})", b_adam, None)
     return rows
 
 

@@ -1,0 +1,193 @@
+/* Tests tb_optim_step (src/eager/optim.c): Adam/AdamW (amsgrad), SGD (fresh and running momentum,
+ * nesterov), RMSprop (centered, momentum) and Adagrad over float32 and float64 parameters whose
+ * sizes cross the kernel's chunk boundary, against an element-at-a-time double formula written here
+ * from PyTorch's algorithm boxes; step counters and storage versions; and that a bad slot anywhere
+ * leaves every tensor unwritten. (The Python tests compare whole trajectories with PyTorch.) */
+#include <math.h>
+#include <string.h>
+
+#include "tb_test.h"
+#include "torchburn/alloc.h"
+#include "torchburn/eager_optim.h"
+
+enum { N = 1001 }; /* not a multiple of the 256-element chunk */
+
+static tb_tensor make(tb_dtype dtype, int64_t n, uint64_t seed, float lo, float hi) {
+    tb_tensor t = {0};
+    int64_t shape[1] = {n};
+    if (tb_tensor_empty(dtype, n < 0 ? 0 : 1, shape, TB_ALLOC_ZERO, &t) != TB_OK)
+        return t;
+    if (seed) {
+        float values[N];
+        tb_test_fill_uniform(values, n, lo, hi, seed);
+        for (int64_t i = 0; i < n; i++) {
+            if (dtype == TB_F32)
+                ((float *)tb_tensor_data(&t))[i] = values[i];
+            else
+                ((double *)tb_tensor_data(&t))[i] = values[i];
+        }
+    }
+    return t;
+}
+
+static double get(const tb_tensor *t, int64_t i) {
+    return t->dtype == TB_F32 ? ((const float *)tb_tensor_data(t))[i] : ((const double *)tb_tensor_data(t))[i];
+}
+
+static double rounded(tb_dtype dtype, double x) { return dtype == TB_F32 ? (double)(float)x : x; }
+
+/* The kernel uses a state value unrounded within the step where this reference rounds it first, and
+ * parameters are O(1): a few float32 (or float64) roundings of O(1) values apart. */
+static int close_to(double got, double want, tb_dtype dtype) {
+    double tol = dtype == TB_F32 ? 1e-6 : 1e-13;
+    return fabs(got - want) <= tol * (1 + fabs(want));
+}
+
+/* One element of each kind, evaluated the plain way (state in s[], updated in place). */
+static double reference_element(tb_optim_kind kind, const tb_optim_options *o, double step, bool fresh, double p,
+                                double g, double s[3], tb_dtype dtype) {
+    if (o->maximize)
+        g = -g;
+    if (kind == TB_OPTIM_ADAM && o->decoupled_weight_decay)
+        p = p * (1 - o->lr * o->weight_decay);
+    else if (o->weight_decay != 0)
+        g = g + o->weight_decay * p;
+    switch (kind) {
+    case TB_OPTIM_SGD:
+        if (o->momentum != 0) {
+            s[0] = rounded(dtype, fresh ? g : o->momentum * s[0] + (1 - o->dampening) * g);
+            g = o->nesterov ? g + o->momentum * s[0] : s[0];
+        }
+        return p - o->lr * g;
+    case TB_OPTIM_ADAM: {
+        s[0] = rounded(dtype, s[0] + (1 - o->beta1) * (g - s[0]));
+        s[1] = rounded(dtype, o->beta2 * s[1] + (1 - o->beta2) * g * g);
+        double second = s[1];
+        if (o->amsgrad)
+            second = s[2] = fmax(s[2], s[1]);
+        double denom = sqrt(second) / sqrt(1 - pow(o->beta2, step)) + o->eps;
+        return p - o->lr / (1 - pow(o->beta1, step)) * s[0] / denom;
+    }
+    case TB_OPTIM_RMSPROP: {
+        s[0] = rounded(dtype, o->alpha * s[0] + (1 - o->alpha) * g * g);
+        double avg = s[0];
+        if (o->centered) {
+            s[2] = rounded(dtype, s[2] + (1 - o->alpha) * (g - s[2]));
+            avg -= s[2] * s[2];
+        }
+        avg = sqrt(avg) + o->eps;
+        if (o->momentum > 0) {
+            s[1] = rounded(dtype, o->momentum * s[1] + g / avg);
+            return p - o->lr * s[1];
+        }
+        return p - o->lr * g / avg;
+    }
+    case TB_OPTIM_ADAGRAD:
+        s[0] = rounded(dtype, s[0] + g * g);
+        return p - o->lr / (1 + (step - 1) * o->lr_decay) * g / (sqrt(s[0]) + o->eps);
+    default: return NAN;
+    }
+}
+
+static void check_kind(tb_optim_kind kind, const tb_optim_options *o, tb_dtype dtype, const char *label) {
+    tb_tensor param = make(dtype, N, 11, -1, 1), grad = make(dtype, N, 12, -1, 1), step = {0};
+    tb_tensor state[3] = {make(dtype, N, 0, 0, 0), make(dtype, N, 0, 0, 0), make(dtype, N, 0, 0, 0)};
+    TB_CHECK(tb_tensor_empty(TB_F32, 0, NULL, TB_ALLOC_ZERO, &step) == TB_OK);
+    double p_ref[N], s_ref[N][3];
+    for (int64_t i = 0; i < N; i++) {
+        p_ref[i] = get(&param, i);
+        s_ref[i][0] = s_ref[i][1] = s_ref[i][2] = 0;
+    }
+    tb_optim_slot slot = {&param, &grad, {&state[0], &state[1], &state[2]}, kind == TB_OPTIM_SGD ? NULL : &step,
+                          true};
+    uint64_t version = param.storage->version;
+    int bad = 0;
+    for (int round = 1; round <= 3; round++) {
+        TB_CHECK(tb_optim_step(kind, o, &slot, 1) == TB_OK);
+        for (int64_t i = 0; i < N; i++) {
+            p_ref[i] = rounded(dtype, reference_element(kind, o, round, round == 1, p_ref[i], get(&grad, i), s_ref[i],
+                                                        dtype));
+            if (!close_to(get(&param, i), p_ref[i], dtype) && bad++ < 3)
+                TB_CHECK_MSG(0, "%s %s step %d element %lld: %.17g, expected %.17g", label, tb_dtype_name(dtype),
+                             round, (long long)i, get(&param, i), p_ref[i]);
+        }
+        slot.fresh = false;
+    }
+    TB_CHECK_MSG(bad == 0, "%s %s: %d elements differ", label, tb_dtype_name(dtype), bad);
+    TB_CHECK(param.storage->version == version + 3);
+    if (kind != TB_OPTIM_SGD)
+        TB_CHECK(*(float *)tb_tensor_data(&step) == 3.0f);
+    tb_tensor_release(&param);
+    tb_tensor_release(&grad);
+    tb_tensor_release(&step);
+    for (int k = 0; k < 3; k++)
+        tb_tensor_release(&state[k]);
+}
+
+static void test_kinds(void) {
+    static const tb_dtype dtypes[2] = {TB_F32, TB_F64};
+    for (int d = 0; d < 2; d++) {
+        tb_dtype dt = dtypes[d];
+        check_kind(TB_OPTIM_SGD, &(tb_optim_options){.lr = 0.1}, dt, "sgd");
+        check_kind(TB_OPTIM_SGD, &(tb_optim_options){.lr = 0.1, .momentum = 0.9, .dampening = 0.2, .weight_decay = 0.1},
+                   dt, "sgd momentum");
+        check_kind(TB_OPTIM_SGD, &(tb_optim_options){.lr = 0.1, .momentum = 0.9, .nesterov = true, .maximize = true},
+                   dt, "sgd nesterov");
+        check_kind(TB_OPTIM_ADAM, &(tb_optim_options){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}, dt,
+                   "adam");
+        check_kind(TB_OPTIM_ADAM,
+                   &(tb_optim_options){.lr = 0.01, .beta1 = 0.3, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.1,
+                                       .amsgrad = true, .maximize = true},
+                   dt, "adam amsgrad");
+        check_kind(TB_OPTIM_ADAM,
+                   &(tb_optim_options){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.3,
+                                       .decoupled_weight_decay = true},
+                   dt, "adamw");
+        check_kind(TB_OPTIM_RMSPROP, &(tb_optim_options){.lr = 0.01, .alpha = 0.99, .eps = 1e-8}, dt, "rmsprop");
+        check_kind(TB_OPTIM_RMSPROP,
+                   &(tb_optim_options){.lr = 0.01, .alpha = 0.9, .eps = 1e-4, .momentum = 0.5, .centered = true,
+                                       .weight_decay = 0.1},
+                   dt, "rmsprop centered");
+        check_kind(TB_OPTIM_ADAGRAD, &(tb_optim_options){.lr = 0.1, .lr_decay = 0.1, .eps = 1e-10}, dt, "adagrad");
+    }
+}
+
+static void test_bad_slot_writes_nothing(void) {
+    tb_tensor p0 = make(TB_F32, 8, 1, -1, 1), g0 = make(TB_F32, 8, 2, -1, 1), m0 = make(TB_F32, 8, 0, 0, 0);
+    tb_tensor v0 = make(TB_F32, 8, 0, 0, 0), p1 = make(TB_F32, 8, 3, -1, 1), g1 = make(TB_F32, 9, 4, -1, 1);
+    tb_tensor m1 = make(TB_F32, 8, 0, 0, 0), v1 = make(TB_F32, 8, 0, 0, 0), s0 = {0}, s1 = {0};
+    TB_CHECK(tb_tensor_empty(TB_F32, 0, NULL, TB_ALLOC_ZERO, &s0) == TB_OK);
+    TB_CHECK(tb_tensor_empty(TB_F32, 0, NULL, TB_ALLOC_ZERO, &s1) == TB_OK);
+    float before[8];
+    memcpy(before, tb_tensor_data(&p0), sizeof before);
+    tb_optim_slot slots[2] = {{&p0, &g0, {&m0, &v0, NULL}, &s0, false}, {&p1, &g1, {&m1, &v1, NULL}, &s1, false}};
+    tb_optim_options o = {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8};
+    TB_CHECK(tb_optim_step(TB_OPTIM_ADAM, &o, slots, 2) == TB_ERR_SHAPE);
+    TB_CHECK(strstr(tb_error_message(), "grad of parameter 1") != NULL);
+    TB_CHECK(memcmp(before, tb_tensor_data(&p0), sizeof before) == 0);
+    TB_CHECK(*(float *)tb_tensor_data(&s0) == 0.0f && p0.storage->version == 0);
+    slots[1].grad = &g0;
+    slots[1].state[1] = NULL; /* exp_avg_sq missing */
+    TB_CHECK(tb_optim_step(TB_OPTIM_ADAM, &o, slots, 2) == TB_ERR_INVALID_ARGUMENT);
+    slots[1].state[1] = &v1;
+    p1.storage->read_only = true;
+    TB_CHECK(tb_optim_step(TB_OPTIM_ADAM, &o, slots, 2) == TB_ERR_READ_ONLY);
+    p1.storage->read_only = false;
+    tb_tensor ints = {0};
+    int64_t shape[1] = {8};
+    TB_CHECK(tb_tensor_empty(TB_I64, 1, shape, TB_ALLOC_ZERO, &ints) == TB_OK);
+    slots[1].param = &ints;
+    TB_CHECK(tb_optim_step(TB_OPTIM_ADAM, &o, slots, 2) == TB_ERR_DTYPE);
+    TB_CHECK(tb_optim_step(TB_OPTIM_COUNT, &o, slots, 2) == TB_ERR_INVALID_ARGUMENT);
+    TB_CHECK(memcmp(before, tb_tensor_data(&p0), sizeof before) == 0);
+    TB_CHECK(tb_optim_step(TB_OPTIM_ADAM, &o, slots, 0) == TB_OK); /* an empty group is a no-op */
+    tb_tensor *all[] = {&p0, &g0, &m0, &v0, &p1, &g1, &m1, &v1, &s0, &s1, &ints};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tb_tensor_release(all[i]);
+}
+
+int main(void) {
+    test_kinds();
+    test_bad_slot_writes_nothing();
+    return tb_test_finish("optim");
+}
