@@ -390,3 +390,4 @@ _install_tensor_methods()
 
 result_type = _C._tt_result_type
 promote_types = _C._tt_promote_types
+from .serialization import load, save  # noqa: E402,F401

@@ -730,8 +730,10 @@ int tt_register_compute(PyObject *module) {
     return PyModule_AddFunctions(module, compute_functions);
 }
 
+int tt_register_serialize(PyObject *module);
+
 int tb_pyext_register_eager(PyObject *module) {
-    if (tt_register_compute(module) != 0 || tt_register_tensor(module) != 0 || tt_register_autograd(module) != 0 ||
+    if (tt_register_serialize(module) != 0 || tt_register_compute(module) != 0 || tt_register_tensor(module) != 0 || tt_register_autograd(module) != 0 ||
         tt_register_ops(module) != 0 || tt_register_index(module) != 0)
         return -1;
     return 0;
