@@ -387,3 +387,31 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: int = 2,
     finally:
         if target is not f:
             target.close()
+
+
+# ---- pickling of tensors (multiprocessing, copy): bytes + dtype + shape, never the file loader ---------
+
+def _tensor_from_state(data: bytes, dtype_name: str, shape: tuple, requires_grad: bool) -> Any:
+    flat = _C._tt_storage_from_buffer(data, _types.BY_NAME[dtype_name])
+    tensor = flat.reshape(shape) if len(shape) != 1 else flat
+    if requires_grad:
+        tensor.requires_grad_(True)
+    return tensor
+
+
+def _reduce_tensor(self: Any, protocol: int) -> tuple:
+    if self.grad_fn is not None:
+        raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
+                           "does not support crossing process boundaries.  If you just want to transfer the data, "
+                           "call detach() on the tensor before serializing (e.g., putting it on the queue).")
+    contiguous = self.detach().contiguous()
+    nbytes = contiguous.numel() * self.dtype.itemsize
+    raw = _C._tt_storage_bytes(contiguous)
+    start = _C._tt_storage_info(contiguous)[2] * self.dtype.itemsize
+    return (_tensor_from_state, (raw[start: start + nbytes], self.dtype._name, tuple(self.shape),
+                                 bool(self.requires_grad)))
+
+
+def _install_pickling() -> None:
+    from . import Tensor
+    Tensor.__reduce_ex__ = _reduce_tensor
