@@ -25,7 +25,7 @@ from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
 __all__ = ["DataLoader"]
 
-_POLL_SECONDS = 2.0  # how often a waiting loader checks that its workers are alive
+_POLL_SECONDS = 0.5  # how often a waiting loader checks that its workers are alive
 
 
 class _InfiniteConstantSampler(Sampler):
@@ -181,8 +181,7 @@ class _MultiProcessIterator:
         self._task_queues: List[Any] = []
         self._workers: List[Any] = []
         for worker_id in range(loader.num_workers):
-            task_queue = context.Queue()
-            task_queue.cancel_join_thread()
+            task_queue = context.SimpleQueue()  # synchronous puts: no feeder thread to lose at shutdown
             process = context.Process(
                 target=_worker.worker_loop, daemon=True,
                 args=(loader.dataset, loader._is_iterable, task_queue, self._result_queue, loader.collate_fn,
