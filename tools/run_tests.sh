@@ -61,10 +61,10 @@ if [ "${TB_SKIP_SANITIZERS:-0}" != "1" ]; then
       tests/python/test_tokenizer.py -k "not every_code_point"
   python3 -c "import torchburn, sys; sys.exit('the sanitized stage leaked into the install' if 'build/asan' in torchburn._C.__file__ else 0)"
 
-  echo "== ThreadSanitizer: thread pool, plan cache, tokenizer and LLM C tests"
+  echo "== ThreadSanitizer: thread pool, plan cache, tokenizer, LLM and batching-engine C tests"
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTB_TSAN=ON >/dev/null
-  cmake --build build/tsan -j "$jobs" --target test_thread_pool test_graph test_tokenizer test_llm
-  for t in test_thread_pool test_graph test_tokenizer test_llm; do
+  cmake --build build/tsan -j "$jobs" --target test_thread_pool test_graph test_tokenizer test_llm test_llm_batch
+  for t in test_thread_pool test_graph test_tokenizer test_llm test_llm_batch; do
     TSAN_OPTIONS="halt_on_error=1:die_after_fork=0:second_deadlock_stack=1" build/tsan/$t
   done
 fi

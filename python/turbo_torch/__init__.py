@@ -393,3 +393,5 @@ promote_types = _C._tt_promote_types
 from .serialization import load, save, _install_pickling  # noqa: E402,F401
 _install_pickling()
 from . import utils  # noqa: E402,F401
+
+from . import nn  # noqa: E402,F401

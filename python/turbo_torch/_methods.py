@@ -376,6 +376,7 @@ def install() -> None:
         "__reduce_ex__": None,
         "apply_": None,
         "repeat": F.repeat_tensor,
+        "__deepcopy__": _deepcopy,
         "index_select": index_select, "gather": gather, "take": take, "masked_fill": masked_fill,
         "masked_select": masked_select, "scatter": scatter, "scatter_add": scatter_add,
         "scatter_reduce": scatter_reduce, "index_add": index_add, "topk": topk, "sort": sort, "argsort": argsort,
@@ -450,6 +451,18 @@ class _Handle:
 
 def _inplace_leaf_error() -> None:
     raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+
+
+def _deepcopy(self: Tensor, memo: dict) -> Tensor:
+    if not self.is_leaf:
+        raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol "
+                           "at the moment.  If you were attempting to deepcopy a module, this may be because of a "
+                           "torch.nn.utils.weight_norm usage, see https://github.com/pytorch/pytorch/pull/103001")
+    result = self.detach().clone()
+    if self.requires_grad:
+        result.requires_grad_(True)
+    memo[id(self)] = result
+    return result
 
 
 def _copy_(self: Tensor, src: Any, non_blocking: _py_bool = False) -> Tensor:

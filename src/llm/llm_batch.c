@@ -67,7 +67,8 @@ struct tb_llm_batch {
     int pipe_fds[2];
     uint64_t next_id, clock;
     tb_llm_batch_stats stats;
-    double prefill_seconds, decode_seconds; /* engine-side, published under the lock */
+    double prefill_seconds, decode_seconds; /* engine-side counters, published under the lock */
+    int64_t decode_steps, decode_rows;
     tb_llm_step_scratch scratch;
     float *logits; /* [slots, V] */
     tb_llm_session **step_sessions;
@@ -348,8 +349,8 @@ static void decode_step(tb_llm_batch *b) {
     const double start = now_seconds();
     tb_status status = tb_llm_forward_step(&b->scratch, b->step_sessions, b->step_tokens, m, b->logits);
     b->decode_seconds += now_seconds() - start;
-    b->stats.decode_steps++;
-    b->stats.decode_rows += m;
+    b->decode_steps++;
+    b->decode_rows += m;
     for (int64_t j = 0; j < m; j++) {
         slot *s = &b->slots[b->step_slots[j]];
         if (status != TB_OK || take_token(b, s, b->logits + j * b->model->vocab) != TB_OK)
@@ -426,9 +427,12 @@ static bool exchange(tb_llm_batch *b) {
         b->stats.queued--;
         best->req = r;
         best->state = SLOT_ADMITTED;
+        best->reused = best->produced = 0;
         best->admitted = best->last_used = ++b->clock;
     }
     b->stats.prefill_seconds = b->prefill_seconds;
+    b->stats.decode_steps = b->decode_steps;
+    b->stats.decode_rows = b->decode_rows;
     b->stats.decode_seconds = b->decode_seconds;
     int64_t active = 0, used = 0;
     for (int64_t i = 0; i < b->options.slots; i++) {

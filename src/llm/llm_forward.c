@@ -290,6 +290,7 @@ bool tb_llm_attend_row(tb_llm_session *s, const tb_llm_kernels *kernels, const l
         tb_free(attention_scores);
         attention_scores = grown;
         attention_scores_capacity = capacity;
+        tb_llm_thread_scratch_track((void **)&attention_scores);
     }
     const char *keys = (const char *)s->keys[layer_index] + (g * s->capacity + first_block * TB_LLM_KEY_BLOCK) * d * elem;
     const char *values = (const char *)s->values[layer_index] + (g * s->capacity + lo) * d * elem;

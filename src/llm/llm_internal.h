@@ -239,6 +239,10 @@ void tb_llm_rope_row(const tb_llm_model *model, int64_t pos, float *cos_row, flo
 void tb_llm_session_commit(tb_llm_session *session, const int32_t *tokens, int64_t count);
 tb_status tb_llm_session_copy_prefix(tb_llm_session *dst, const tb_llm_session *src, int64_t length);
 
+/* Registers a thread-local scratch pointer of the calling thread (a tb_alloc buffer) to be freed when the
+ * thread exits (llm_thread_scratch.c). */
+void tb_llm_thread_scratch_track(void **buffer);
+
 /* Row `token` of the embedding as f32 (dequantized when quantized). */
 tb_status tb_llm_embed_row(const tb_llm_model *model, int32_t token, float *out);
 

@@ -241,6 +241,7 @@ static tb_status reserve_prepared(size_t needed) {
     tb_free(prepared);
     prepared = grown;
     prepared_capacity = needed + needed / 4;
+    tb_llm_thread_scratch_track((void **)&prepared);
     return TB_OK;
 }
 
@@ -269,6 +270,7 @@ tb_status tb_llm_qmatmul(const tb_llm_qkernels *kernels, const llm_matrix *w, co
         tb_free(prepared);
         prepared = grown;
         prepared_capacity = needed + needed / 4;
+        tb_llm_thread_scratch_track((void **)&prepared);
     }
     qprepare_job prepare = {.kernels = kernels,
                             .format = w->format, .x = x, .x_stride = x_stride, .k = w->k, .row_bytes = row_bytes,

@@ -629,6 +629,25 @@ static PyObject *py_random(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     return status == TB_OK ? tt_wrap(&out) : tt_raise(status);
 }
 
+/* _tt_make_subclass(cls, data, requires_grad): an instance of a Tensor subclass (nn.Parameter)
+ * sharing data's view, as a leaf */
+static PyObject *py_make_subclass(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], tt_tensor_type) ||
+        !tt_check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "_tt_make_subclass(cls, data, requires_grad)"), NULL;
+    int requires_grad = PyObject_IsTrue(args[2]);
+    if (requires_grad && tb_dtype_category_of(tt_data(args[1])->dtype) != TB_CATEGORY_FLOATING)
+        return PyErr_Format(PyExc_RuntimeError, "Only Tensors of floating point and complex dtype can require gradients"),
+               NULL;
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    tt_tensor *self = (tt_tensor *)cls->tp_alloc(cls, 0);
+    if (!self)
+        return NULL;
+    tb_tensor_retain(tt_data(args[1]), &self->base.tensor);
+    self->requires_grad = (char)requires_grad;
+    return (PyObject *)self;
+}
+
 static PyObject *py_wrap_base(PyObject *m, PyObject *arg) {
     /* a zero-copy turbo_torch view of a torchburn._C.Tensor (from_numpy / from DLPack) */
     if (!tb_py_tensor_check(arg))
@@ -721,6 +740,7 @@ static PyMethodDef compute_functions[] = {
     {"_tt_get_rng_state", py_get_rng_state, METH_NOARGS, NULL},
     {"_tt_set_rng_state", py_set_rng_state, METH_O, NULL},
     {"_tt_wrap_base", py_wrap_base, METH_O, NULL},
+    {"_tt_make_subclass", (PyCFunction)(void (*)(void))py_make_subclass, METH_FASTCALL, NULL},
     {NULL},
 };
 
@@ -733,8 +753,10 @@ int tt_register_compute(PyObject *module) {
 int tt_register_serialize(PyObject *module);
 
 int tb_pyext_register_eager(PyObject *module) {
-    if (tt_register_serialize(module) != 0 || tt_register_compute(module) != 0 || tt_register_tensor(module) != 0 || tt_register_autograd(module) != 0 ||
-        tt_register_ops(module) != 0 || tt_register_index(module) != 0)
+    extern int tt_register_nn(PyObject *module);
+    if (tt_register_compute(module) != 0 || tt_register_tensor(module) != 0 || tt_register_autograd(module) != 0 ||
+        tt_register_ops(module) != 0 || tt_register_index(module) != 0 || tt_register_nn(module) != 0 ||
+        tt_register_serialize(module) != 0)
         return -1;
     return 0;
 }

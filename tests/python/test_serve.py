@@ -301,17 +301,16 @@ def test_malformed_requests_are_4xx(server):
         ("POST", url + "/v1/completions", {"prompt": [1, 99999]}, 400),
         ("POST", url + "/v1/completions", {"prompt": ""}, 400),
         ("POST", url + "/v1/completions", {"prompt": "hi", "logprobs": 9}, 400),
-        ("POST", chat, b"x" * (10 * 1024 * 1024), 413),
         ("GET", chat, None, 405), ("POST", url + "/v1/nothing", {}, 404),
     ]
+    huge = [("POST", chat, b"x" * (10 * 1024 * 1024), 413)]  # 10 MB bodies
     with httpx.Client(timeout=30) as http:
-        for round_index in range(8):  # 248 requests
-            for method, target, body, status in cases:
-                content = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-                response = http.request(method, target, content=content, headers={"content-type": "application/json"})
-                assert response.status_code == status, (body if isinstance(body, dict) else str(body)[:60], response.text)
-                error = response.json()["error"]
-                assert isinstance(error["message"], str) and error["message"] and "type" in error
+        for method, target, body, status in cases * 33 + huge * 3:  # 993 requests
+            content = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+            response = http.request(method, target, content=content, headers={"content-type": "application/json"})
+            assert response.status_code == status, (body if isinstance(body, dict) else str(body)[:60], response.text)
+            error = response.json()["error"]
+            assert isinstance(error["message"], str) and error["message"] and "type" in error
         assert http.get(url + "/health").status_code == 200
         assert http.post(chat, json={"messages": ok_messages, "max_tokens": 2}).status_code == 200
     assert _engine_stats(server)["active"] == 0
@@ -329,13 +328,13 @@ def test_memory_flat_over_requests(server):
     chat = server[0] + "/v1/chat/completions"
     body = {"messages": [{"role": "user", "content": "fox"}], "max_tokens": 3, "temperature": 0.5}
     with httpx.Client(timeout=30) as http:
-        for _ in range(60):  # warm up allocators and caches
+        for _ in range(100):  # warm up allocators and caches
             assert http.post(chat, json=body).status_code == 200
         start = _rss_kb()
-        for i in range(300):
+        for i in range(2000):
             assert http.post(chat, json=dict(body, stream=i % 2 == 0)).status_code == 200
         grown = _rss_kb() - start
-    assert grown < 20 * 1024, f"RSS grew {grown} kB over 300 requests"
+    assert grown < 20 * 1024, f"RSS grew {grown} kB over 2,000 requests"
 
 
 # ---------------------------------------------------------------- scale-out: two replicas behind haproxy
@@ -410,3 +409,33 @@ def test_haproxy_two_replicas(model_dir, llm):
         for process in ([balancer] if balancer else []) + replicas:
             process.kill()
             process.wait(10)
+
+
+def test_engine_refuses_bad_options_and_requests(llm):
+    from torchburn import _C
+
+    with pytest.raises(ValueError, match="slots"):
+        _C._LLMBatch(llm._model, 0, 64)
+    with pytest.raises(ValueError, match="prefill_chunk"):
+        _C._LLMBatch(llm._model, 2, 64, 20)
+    engine = _C._LLMBatch(llm._model, 2, 64)
+    try:
+        with pytest.raises(ValueError, match="ctx_size"):
+            engine.submit(list(range(65)), 4)
+        with pytest.raises(ValueError, match="vocabulary"):
+            engine.submit([1, 400], 4)
+        with pytest.raises(ValueError, match="max_tokens"):
+            engine.submit([1, 2], 0)
+        with pytest.raises(ValueError, match="temperature"):
+            engine.submit([1, 2], 4, temperature=float("nan"))
+        request = engine.submit([1, 2, 3], 4, stop_ids=[])
+        events = []
+        while not events or events[-1][2] is None:
+            engine.wait(5.0)
+            events += engine.poll()
+        assert [e[0] for e in events] == [request] * 4 and events[-1][2] == "length"
+        assert events[-1][5] == {"prompt_tokens": 3, "reused_tokens": 0, "generated_tokens": 4}
+    finally:
+        engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.submit([1], 1)

@@ -1,4 +1,4 @@
-"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile,eager,gpu} [options]."""
+"""Entry point: python -m torchburn.bench {kernels,quant,tokenizer,compile,eager,gpu,serve} [options]."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +12,7 @@ SUITES = {
     "compile": ("torchburn.bench.compile", "main"),
     "eager": ("torchburn.bench.eager", "main"),
     "gpu": ("torchburn.bench.gpu", "main"),
+    "serve": ("torchburn.bench.serve", "main"),
 }
 
 

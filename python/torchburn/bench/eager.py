@@ -132,6 +132,12 @@ def _cases(tt: Any, torch: Any, np: Any) -> List[Dict[str, Any]]:
         return run
     row("fwd+bwd tanh(x @ w + b).sum() (64x64)", b_train, None)
 
+    def b_module(m):
+        layer = m.nn.Linear(64, 64)
+        (x,) = tensors(m, (1, 64))
+        return lambda: layer(x)
+    row("Linear(64, 64) module call (batch 1)", b_module, None)
+
     for name, op in (("a + b", lambda a, b: a + b), ("exp(x)", lambda a, b: a.exp()), ("x.sum()", lambda a, b: a.sum())):
         def b_big(m, op=op):
             a, b = tensors(m, (1 << 20,), (1 << 20,))

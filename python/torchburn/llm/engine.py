@@ -124,8 +124,10 @@ class BatchEngine:
                 if piece.text or piece.tokens:
                     yield piece
         finally:
-            if not finished:
+            while not finished and not queue.empty():  # the engine may have finished meanwhile
+                finished = queue.get_nowait()[2] is not None
+            if finished:
+                self._queues.pop(request_id, None)
+            else:  # _drain forgets the id when its final (aborted) event arrives
                 self._queues[request_id] = None
                 self.engine.cancel(request_id)
-            else:
-                self._queues.pop(request_id, None)

@@ -395,7 +395,9 @@ def serve_in_thread(app, host: str = "127.0.0.1"):
 
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP (not 0) so that asyncio sets TCP_NODELAY on accepted connections: without it every
+    # small response write waits for the client's delayed ACK (~40 ms)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]

@@ -210,6 +210,7 @@ bool tb_llm_gemm_rows_avx512vnni(const tb_quant_weight *w, const unsigned char *
         tb_free(unpacked);
         unpacked = grown;
         unpacked_capacity = needed;
+        tb_llm_thread_scratch_track((void **)&unpacked);
     }
     for (int64_t n = n_begin; n < n_end; n += NR) {
         const int64_t nr = n_end - n < NR ? n_end - n : NR;

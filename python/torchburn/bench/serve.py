@@ -1,0 +1,182 @@
+"""``python -m torchburn.bench serve``: the HTTP server under 1/4/8/16 concurrent streaming clients.
+
+Each client sends one completion request with a prompt of exactly --prompt-tokens token ids and asks for
+--tokens tokens (streamed); the table gives aggregate generated tok/s (all clients' tokens / wall time),
+time to first token and inter-token latency (p50/p99 over every client's gaps), and the ratio to the
+1-client row. The server runs in this process (uvicorn on a thread, loopback) with --parallel = the
+largest client count, so every client has a slot. llama.cpp's llama-server is not run here (see
+docs/serving.md).
+
+    python tools/make_bench_model.py
+    python -m torchburn.bench serve -m ~/.cache/torchburn/bench-models/qwen2.5-0.5b-random --threads 2
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, int(round(q / 100 * (len(ordered) - 1)))))
+    return ordered[index]
+
+
+async def _client(client, model: str, prompt: list[int], tokens: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    stamps: list[float] = []
+    usage = None
+    # logprobs=0 makes every token its own chunk (a random model's tokens often decode to no text)
+    stream = await client.completions.create(model=model, prompt=prompt, max_tokens=tokens, temperature=0,
+                                             stream=True, logprobs=0, stream_options={"include_usage": True})
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            now = time.perf_counter()
+            stamps.extend([now] * len(chunk.choices[0].logprobs.tokens or [None]))
+        if chunk.usage is not None:
+            usage = chunk.usage
+    return {"ttft": stamps[0] - start if stamps else float("nan"),
+            "gaps": [b - a for a, b in zip(stamps, stamps[1:])],
+            "tokens": usage.completion_tokens if usage else len(stamps), "end": time.perf_counter()}
+
+
+async def _round(base: str, model: str, prompts: list[list[int]], tokens: int) -> dict[str, Any]:
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=base, api_key="none", max_retries=0, timeout=3600) as client:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(_client(client, model, p, tokens) for p in prompts))
+    wall = max(r["end"] for r in results) - start
+    gaps = [g for r in results for g in r["gaps"]]
+    ttfts = [r["ttft"] for r in results]
+    generated = sum(r["tokens"] for r in results)
+    return {"clients": len(prompts), "generated": generated, "wall_s": wall, "tok_s": generated / wall,
+            "ttft_p50": _percentile(ttfts, 50), "ttft_p99": _percentile(ttfts, 99),
+            "itl_p50": _percentile(gaps, 50), "itl_p99": _percentile(gaps, 99)}
+
+
+def _engine_round(llm, slots: int, ctx: int, chunk: int, prompts: list[list[int]], tokens: int) -> dict[str, Any]:
+    """The C engine alone (no HTTP, no client parsing): events are timestamped as this thread polls them."""
+    from .. import _C
+
+    engine = _C._LLMBatch(llm._model, slots, ctx, chunk)
+    try:
+        start = time.perf_counter()
+        ids = {engine.submit(p, tokens, stop_ids=[]): i for i, p in enumerate(prompts)}
+        stamps: dict[int, list[float]] = {i: [] for i in ids}
+        finished = 0
+        while finished < len(ids):
+            engine.wait(1.0)
+            now = time.perf_counter()
+            for request, token, finish, *_ in engine.poll(logprobs=False):
+                if token >= 0:
+                    stamps[request].append(now)
+                finished += finish is not None
+        wall = time.perf_counter() - start
+        stats = engine.stats
+    finally:
+        engine.close()
+    generated = sum(len(s) for s in stamps.values())
+    gaps = [b - a for s in stamps.values() for a, b in zip(s, s[1:])]
+    ttfts = [s[0] - start for s in stamps.values() if s]
+    return {"clients": len(prompts), "generated": generated, "wall_s": wall, "tok_s": generated / wall,
+            "ttft_p50": _percentile(ttfts, 50), "ttft_p99": _percentile(ttfts, 99),
+            "itl_p50": _percentile(gaps, 50), "itl_p99": _percentile(gaps, 99),
+            "decode_tok_s": stats["decode_rows"] / stats["decode_seconds"] if stats["decode_seconds"] else 0.0,
+            "mean_batch": stats["decode_rows"] / stats["decode_steps"] if stats["decode_steps"] else 0.0}
+
+
+def _table(title: str, rows: list[dict[str, Any]]) -> None:
+    print(title)
+    print("| clients | aggregate tok/s | x 1 client | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    single = rows[0]["tok_s"] if rows else float("nan")
+    for r in rows:
+        print(f"| {r['clients']} | {r['tok_s']:.1f} | {r['tok_s'] / single:.2f} | {r['ttft_p50']:.2f} | "
+              f"{r['ttft_p99']:.2f} | {1000 * r['itl_p50']:.1f} | {1000 * r['itl_p99']:.1f} |")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torchburn.bench serve", description=__doc__.split("\n")[0])
+    default_model = Path(os.environ.get("TORCHBURN_CACHE_DIR", Path.home() / ".cache" / "torchburn")) / \
+        "bench-models" / "qwen2.5-0.5b-random"
+    parser.add_argument("--model", "-m", default=str(default_model), help="model folder (default: the bench model)")
+    parser.add_argument("--quant", default="int4", choices=["int4", "int8", "none"])
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--clients", default="1,4,8,16", help="comma-separated client counts")
+    parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--prefill-chunk", type=int, default=64)
+    parser.add_argument("--engine-only", action="store_true", help="skip the HTTP rounds")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    counts = [int(c) for c in args.clients.split(",")]
+
+    from ..llm import LLM
+    from ..llm.bench import machine_facts
+    from ..llm.serve import create_app, serve_in_thread
+
+    ctx = args.prompt_tokens + args.tokens + 16
+    llm = LLM.from_pretrained(args.model, quant=args.quant, num_threads=args.threads, max_seq_len=ctx, quiet=True)
+    app = create_app(lambda: llm, "bench", parallel=max(counts), ctx_size=ctx, prefill_chunk=args.prefill_chunk)
+    server, port, thread = serve_in_thread(app)
+    base = f"http://127.0.0.1:{port}/v1"
+    import httpx
+
+    while httpx.get(f"http://127.0.0.1:{port}/health").status_code != 200:
+        time.sleep(0.05)
+    rng = random.Random(0)
+    vocab = llm.config["vocab_size"] - 1000
+    rows, engine_rows = [], []
+    try:
+        asyncio.run(_round(base, "bench", [[rng.randrange(1000, vocab) for _ in range(32)]], 8))  # warm up
+        for n in counts:  # distinct prompts: no prefix reuse between clients or rounds
+            prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(n)]
+            engine_rows.append(_engine_round(llm, max(counts), ctx, args.prefill_chunk, prompts, args.tokens))
+            if not args.engine_only:
+                prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(n)]
+                rows.append(asyncio.run(_round(base, "bench", prompts, args.tokens)))
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    from ..llm.bench import run_benchmark
+
+    single = run_benchmark(llm, prompt_tokens=args.prompt_tokens, tokens=args.tokens, repeats=3)
+    result = {"machine": machine_facts(), "model": str(args.model), "quant": args.quant, "threads": args.threads,
+              "prompt_tokens": args.prompt_tokens, "tokens": args.tokens, "http_rows": rows,
+              "engine_rows": engine_rows, "single_stream": single}
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    print(f"machine: {json.dumps(result['machine'])}")
+    print(f"model: {args.model} ({args.quant}), prompt {args.prompt_tokens} tokens, {args.tokens} generated, "
+          f"threads {args.threads or 'default'}, prefill chunk {args.prefill_chunk}")
+    decode = single.get("decode_tok_s") or single.get("decode", {}).get("tok_s")
+    print(f"single-stream LLM.generate decode (torchburn-llm benchmark, same run): {decode} tok/s")
+    _table("engine alone (C batching engine, polled from Python):", engine_rows)
+    for r in engine_rows:
+        print(f"  {r['clients']} clients: batched-decode tok/s {r['decode_tok_s']:.1f}, mean rows per step "
+              f"{r['mean_batch']:.1f}")
+    if rows:
+        _table("through HTTP (uvicorn + starlette, AsyncOpenAI streaming clients in this process, logprobs=0):",
+               rows)
+    return 0
+    print(f"machine: {json.dumps(result['machine'])}")
+    print(f"model: {args.model} ({args.quant}), prompt {args.prompt_tokens} tokens, {args.tokens} generated, "
+          f"threads {args.threads or 'default'}")
+    print("| clients | aggregate tok/s | x 1 client | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    single = rows[0]["tok_s"] if rows else float("nan")
+    for r in rows:
+        print(f"| {r['clients']} | {r['tok_s']:.1f} | {r['tok_s'] / single:.2f} | {r['ttft_p50']:.2f} | "
+              f"{r['ttft_p99']:.2f} | {1000 * r['itl_p50']:.1f} | {1000 * r['itl_p99']:.1f} |")
+    return 0

@@ -1,0 +1,233 @@
+/* turbo_torch's convolution and pooling: the float32 C kernels of ops_nn.h (the same ones the compile
+ * backend runs) with autograd nodes whose backward calls their backward kernels. */
+#include "eager.h"
+
+#include "torchburn/ops.h"
+#include "torchburn/ops_nn.h"
+
+/* linear backward: x [..., K], w [N, K], g [..., N] -> gx = g w, gw = g2^T x2, gb = column sums of g2 */
+static tb_status linear_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
+    const tb_tensor *x = &node->saved[0].tensor, *w = &node->saved[1].tensor;
+    int64_t n = w->shape[0], k = w->shape[1];
+    if (node->edges[0])
+        TB_TRY(tb_eager_matmul(g, w, &grads[0]));
+    tb_tensor g2 = {0}, x2 = {0}, gt = {0};
+    tb_status status = tb_tensor_reshape(g, 2, (int64_t[]){-1, n}, &g2);
+    if (status == TB_OK && node->edges[1]) {
+        status = tb_tensor_reshape(x, 2, (int64_t[]){-1, k}, &x2);
+        if (status == TB_OK)
+            status = tb_tensor_transpose(&g2, 0, 1, &gt);
+        if (status == TB_OK)
+            status = tb_eager_matmul(&gt, &x2, &grads[1]);
+    }
+    if (status == TB_OK && node->n_edges > 2 && node->edges[2])
+        status = tb_eager_reduce(TB_EAGER_REDUCE_SUM, &g2, 1u, false, g->dtype, &grads[2]);
+    tb_tensor_release(&g2);
+    tb_tensor_release(&x2);
+    tb_tensor_release(&gt);
+    return status;
+}
+
+enum { NN_CONV2D, NN_MAX_POOL2D, NN_AVG_POOL2D, NN_ADAPTIVE_AVG_POOL2D, NN_LINEAR };
+
+static int int_pair(PyObject *o, int64_t out[2], const char *what) {
+    if (PyLong_Check(o)) {
+        out[0] = out[1] = PyLong_AsLongLong(o);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    PyObject *seq = PySequence_Fast(o, what);
+    if (!seq)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(seq) != 2 && PySequence_Fast_GET_SIZE(seq) != 1) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_RuntimeError, "%s must be an int or a pair of ints", what);
+        return -1;
+    }
+    out[0] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, 0));
+    out[1] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, PySequence_Fast_GET_SIZE(seq) - 1));
+    Py_DECREF(seq);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The node keeps the op's geometry in ints: conv [stride2, pad2, dilation2, groups, extra2],
+ * pools [kernel2, stride2, pad2, dilation2, ceil, count_include_pad, divisor] */
+tb_status tt_nn_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads);
+tb_status tt_nn_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
+    const tb_tensor *x = &node->saved[0].tensor;
+    switch (node->op) {
+    case NN_CONV2D: {
+        tb_conv2d_params p = {{node->ints[0], node->ints[1]}, {node->ints[2], node->ints[3]},
+                              {node->ints[9], node->ints[10]}, {node->ints[4], node->ints[5]}, node->ints[6]};
+        bool mask[3] = {node->edges[0] != NULL, node->edges[1] != NULL, node->n_edges > 2 && node->edges[2] != NULL};
+        tb_tensor gi = {0}, gw = {0}, gb = {0};
+        TB_TRY(tb_op_conv2d_backward(g, x, &node->saved[1].tensor, &p, mask, &gi, &gw, &gb));
+        grads[0] = gi;
+        grads[1] = gw;
+        if (node->n_edges > 2)
+            grads[2] = gb;
+        else
+            tb_tensor_release(&gb);
+        return TB_OK;
+    }
+    case NN_MAX_POOL2D: return tb_op_max_pool2d_backward(g, x, &node->saved[1].tensor, &grads[0]);
+    case NN_AVG_POOL2D: {
+        tb_pool2d_params p = {{node->ints[0], node->ints[1]}, {node->ints[2], node->ints[3]},
+                              {node->ints[4], node->ints[5]}, {1, 1}, node->ints[8] != 0, node->ints[9] != 0,
+                              node->ints[10]};
+        return tb_op_avg_pool2d_backward(g, x, &p, &grads[0]);
+    }
+    case NN_ADAPTIVE_AVG_POOL2D: return tb_op_adaptive_avg_pool2d_backward(g, x, &grads[0]);
+    case NN_LINEAR: return linear_backward(node, g, grads);
+    default: return tb_error_set(TB_ERR_UNSUPPORTED, "unknown nn node");
+    }
+}
+
+static int float32_only(PyObject *x, const char *what) {
+    if (tt_data(x)->dtype != TB_F32) {
+        PyErr_Format(PyExc_NotImplementedError, "turbo_torch: %s runs in float32 only for now (got %s)", what,
+                     tb_dtype_name(tt_data(x)->dtype));
+        return -1;
+    }
+    return 0;
+}
+
+/* _tt_conv2d(x, weight, bias_or_None, stride, padding, dilation, groups) */
+static PyObject *py_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !tt_check(args[0]) || !tt_check(args[1]) || (args[2] != Py_None && !tt_check(args[2])))
+        return PyErr_Format(PyExc_TypeError, "_tt_conv2d(x, weight, bias, stride, padding, dilation, groups)"), NULL;
+    tb_conv2d_params p = {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
+    if (int_pair(args[3], p.stride, "stride") != 0 || int_pair(args[4], p.padding, "padding") != 0 ||
+        int_pair(args[5], p.dilation, "dilation") != 0)
+        return NULL;
+    p.groups = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred() || float32_only(args[0], "conv2d") != 0 || float32_only(args[1], "conv2d") != 0)
+        return NULL;
+    const tb_tensor *bias = args[2] == Py_None ? NULL : tt_data(args[2]);
+    tb_tensor out;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_op_conv2d(tt_data(args[0]), tt_data(args[1]), bias, &p, &out);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK)
+        return tt_raise(status);
+    PyObject *result = tt_wrap(&out);
+    PyObject *inputs[3] = {args[0], args[1], args[2] == Py_None ? NULL : args[2]};
+    int n = args[2] == Py_None ? 2 : 3;
+    if (result && tt_needs_grad(n, inputs)) {
+        tt_node *node = tt_node_new(TT_NODE_NN, NN_CONV2D, "ConvolutionBackward0", n, inputs);
+        if (!node) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        int64_t ints[11] = {p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1],
+                            p.groups, 0, 0, p.extra_padding[0], p.extra_padding[1]};
+        memcpy(node->ints, ints, sizeof ints);
+        tt_node_save(node, 0, tt_data(args[0]));
+        tt_node_save(node, 1, tt_data(args[1]));
+        tt_set_grad_fn(result, node);
+    }
+    return result;
+}
+
+/* _tt_pool2d(kind, x, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor) */
+static PyObject *py_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !tt_check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "_tt_pool2d(kind, x, kernel, stride, padding, dilation, ceil, "
+                            "count_include_pad, divisor)"), NULL;
+    long kind = PyLong_AsLong(args[0]);
+    PyObject *x = args[1];
+    if (float32_only(x, "pooling") != 0)
+        return NULL;
+    tb_pool2d_params p = {{1, 1}, {1, 1}, {0, 0}, {1, 1}, false, true, 0};
+    tb_tensor out = {0}, indices = {0};
+    tb_status status;
+    if (kind == NN_ADAPTIVE_AVG_POOL2D) {
+        int64_t size[2];
+        if (int_pair(args[2], size, "output_size") != 0)
+            return NULL;
+        status = tb_op_adaptive_avg_pool2d(tt_data(x), size[0], size[1], &out);
+    } else {
+        if (int_pair(args[2], p.kernel, "kernel_size") != 0 || int_pair(args[3], p.stride, "stride") != 0 ||
+            int_pair(args[4], p.padding, "padding") != 0 || int_pair(args[5], p.dilation, "dilation") != 0)
+            return NULL;
+        p.ceil_mode = PyObject_IsTrue(args[6]);
+        p.count_include_pad = PyObject_IsTrue(args[7]);
+        p.divisor_override = args[8] == Py_None ? 0 : PyLong_AsLongLong(args[8]);
+        if (PyErr_Occurred())
+            return NULL;
+        status = kind == NN_MAX_POOL2D ? tb_op_max_pool2d(tt_data(x), &p, &out, &indices)
+                                       : tb_op_avg_pool2d(tt_data(x), &p, &out);
+    }
+    if (status != TB_OK) {
+        tb_tensor_release(&indices);
+        return tt_raise(status);
+    }
+    PyObject *result = tt_wrap(&out);
+    PyObject *index_object = indices.storage ? tt_wrap(&indices) : NULL;
+    if (!result) {
+        Py_XDECREF(index_object);
+        return NULL;
+    }
+    if (tt_needs_grad(1, &x)) {
+        static const char *names[] = {"", "MaxPool2DWithIndicesBackward0", "AvgPool2DBackward0",
+                                      "AdaptiveAvgPool2DBackward0"};
+        tt_node *node = tt_node_new(TT_NODE_NN, (int)kind, names[kind], 1, &x);
+        if (!node) {
+            Py_DECREF(result);
+            Py_XDECREF(index_object);
+            return NULL;
+        }
+        int64_t ints[11] = {p.kernel[0], p.kernel[1], p.stride[0], p.stride[1], p.padding[0], p.padding[1],
+                            p.dilation[0], p.dilation[1], p.ceil_mode, p.count_include_pad, p.divisor_override};
+        memcpy(node->ints, ints, sizeof ints);
+        tt_node_save(node, 0, tt_data(x));
+        if (index_object)
+            tt_node_save(node, 1, tt_data(index_object));
+        tt_set_grad_fn(result, node);
+    }
+    if (index_object)
+        return Py_BuildValue("(NN)", result, index_object);
+    return result;
+}
+
+/* _tt_linear(x, weight, bias_or_None): float32 through the fused GEMM + bias epilogue; None for other
+ * dtypes (the caller composes matmul + add) */
+static PyObject *py_linear(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !tt_check(args[0]) || !tt_check(args[1]) || (args[2] != Py_None && !tt_check(args[2])))
+        return PyErr_Format(PyExc_TypeError, "_tt_linear(x, weight, bias)"), NULL;
+    const tb_tensor *x = tt_data(args[0]), *w = tt_data(args[1]);
+    const tb_tensor *b = args[2] == Py_None ? NULL : tt_data(args[2]);
+    if (x->dtype != TB_F32 || w->dtype != TB_F32 || (b && b->dtype != TB_F32) || w->ndim != 2 || x->ndim < 1)
+        Py_RETURN_NONE;
+    tb_tensor out;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_op_linear(x, w, b, 0, NULL, &out);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK)
+        return tt_raise(status);
+    PyObject *result = tt_wrap(&out);
+    PyObject *inputs[3] = {args[0], args[1], b ? args[2] : NULL};
+    int n = b ? 3 : 2;
+    if (result && tt_needs_grad(n, inputs)) {
+        tt_node *node = tt_node_new(TT_NODE_NN, NN_LINEAR, b ? "AddmmBackward0" : "MmBackward0", n, inputs);
+        if (!node) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        tt_node_save(node, 0, x);
+        tt_node_save(node, 1, w);
+        tt_set_grad_fn(result, node);
+    }
+    return result;
+}
+
+static PyMethodDef nn_functions[] = {
+    {"_tt_linear", (PyCFunction)(void (*)(void))py_linear, METH_FASTCALL, NULL},
+    {"_tt_conv2d", (PyCFunction)(void (*)(void))py_conv2d, METH_FASTCALL, NULL},
+    {"_tt_pool2d", (PyCFunction)(void (*)(void))py_pool2d, METH_FASTCALL, NULL},
+    {NULL},
+};
+
+int tt_register_nn(PyObject *module);
+int tt_register_nn(PyObject *module) { return PyModule_AddFunctions(module, nn_functions); }
