@@ -267,8 +267,9 @@ class _Pickler:
             self.write(b"\x85R")
             self.memoize(obj)
         else:
-            raise TypeError(f"turbo_torch.save: cannot save a {type(obj).__name__}; checkpoints hold tensors, "
-                            "dicts, lists, tuples, sets, numbers, strings, bytes and None")
+            hint = " (save its state_dict() instead)" if hasattr(obj, "state_dict") else ""
+            raise TypeError(f"turbo_torch.save: cannot save a {type(obj).__name__}{hint}; checkpoints hold "
+                            "tensors, dicts, lists, tuples, sets, numbers, strings, bytes and None")
 
     def save_int(self, value: int) -> None:
         if 0 <= value < 256:
@@ -415,3 +416,25 @@ def _reduce_tensor(self: Any, protocol: int) -> tuple:
 def _install_pickling() -> None:
     from . import Tensor
     Tensor.__reduce_ex__ = _reduce_tensor
+
+
+# ---- safetensors (the C reader/writer of torchburn.files) ---------------------------------------------
+
+def load_safetensors(filename: Any) -> Dict[str, Any]:
+    """name -> turbo_torch tensor for every tensor of a ``.safetensors`` file (validated in C first).
+    The tensors are writable copies, like ``safetensors.torch.load_file``'s."""
+    from torchburn import files
+    return {name: _C._tt_wrap_base(t).clone() for name, t in files.safetensors_load(filename).items()}
+
+
+def save_safetensors(tensors: Dict[str, Any], filename: Any, metadata: Any = None) -> None:
+    """Writes name -> turbo_torch tensor to ``filename`` in the safetensors format (the bytes the
+    safetensors package writes); shared or strided tensors are written as contiguous copies."""
+    from torchburn import files
+    from . import Tensor
+    items = {}
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"save_safetensors: '{name}' is a {type(tensor).__name__}, not a turbo_torch tensor")
+        items[name] = tensor.detach().contiguous()
+    files.safetensors_save(filename, items, metadata)

@@ -140,6 +140,10 @@ static int op_global(unpickler *u) {
         }
         parts[i] = PyUnicode_DecodeUTF8((const char *)start, end - start, "strict");
         u->pos += (size_t)(end - start) + 1;
+        if (!parts[i] && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            fail(u, "GLOBAL name is not valid UTF-8");
+        }
         if (!parts[i]) {
             Py_XDECREF(parts[0]);
             return -1;
@@ -303,8 +307,14 @@ static PyObject *read_counted(unpickler *u, int width, int as_text) {
         return fail(u, "a %s of %llu bytes is declared but only %zu bytes are left (truncated or lying length)",
                     as_text ? "string" : "bytes object", (unsigned long long)n, u->size - u->pos);
     p = take(u, (size_t)n);
-    return as_text ? PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "surrogatepass")
-                   : PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+    if (!as_text)
+        return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "surrogatepass");
+    if (!text && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        return fail(u, "a string of %llu bytes is not valid UTF-8", (unsigned long long)n);
+    }
+    return text;
 }
 
 static PyObject *tuple_of(unpickler *u, int n) {
