@@ -390,6 +390,9 @@ _install_tensor_methods()
 
 result_type = _C._tt_result_type
 promote_types = _C._tt_promote_types
+from .serialization import load, save, load_safetensors, save_safetensors, _install_pickling  # noqa: E402,F401
+_install_pickling()
+from . import utils  # noqa: E402,F401
 
 from . import nn  # noqa: E402,F401
 from . import optim  # noqa: E402,F401

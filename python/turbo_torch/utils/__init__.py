@@ -1,0 +1,2 @@
+"""turbo_torch.utils: ``data`` (datasets, samplers, DataLoader), as torch.utils."""
+from . import data  # noqa: F401

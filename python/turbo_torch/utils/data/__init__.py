@@ -1,0 +1,13 @@
+"""turbo_torch.utils.data: datasets, samplers, collation and the DataLoader, with torch.utils.data's names,
+arguments and behaviour (random orders are reproducible per seed, but not torch's streams)."""
+from ._collate import default_collate, default_convert
+from ._worker import WorkerInfo, get_worker_info
+from .dataloader import DataLoader
+from .dataset import ChainDataset, ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
+from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
+                      WeightedRandomSampler)
+
+__all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset",
+           "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler", "TensorDataset",
+           "WeightedRandomSampler", "WorkerInfo", "default_collate", "default_convert", "get_worker_info",
+           "random_split"]
