@@ -271,6 +271,10 @@ def test_worker_info_init_fn_seeds_and_persistent_workers():
     # persistent workers are the same processes in both epochs
     assert {b["pid"][0].item() for b in first} == {b["pid"][0].item() for b in second}
     assert ttd.get_worker_info() is None
+    # an epoch abandoned half-way: its batches in flight never leak into the next epoch
+    iterator = iter(loader)
+    next(iterator)
+    assert [i for b in loader for i in b["i"].tolist()] == list(range(12))
 
 
 class _Failing(ttd.Dataset):
