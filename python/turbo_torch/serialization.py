@@ -383,7 +383,8 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: int = 2,
             _write_aligned(archive, f"{name}/.storage_alignment", b"64")
             _write_aligned(archive, f"{name}/byteorder", b"little")
             for key, tensor in pickler.storages.values():
-                _write_aligned(archive, f"{name}/data/{key}", _C._tt_storage_bytes(tensor))
+                raw = _C._tt_storage_bytes(tensor)  # whole elements only: the record is numel * itemsize
+                _write_aligned(archive, f"{name}/data/{key}", raw[: len(raw) - len(raw) % tensor.dtype.itemsize])
             _write_aligned(archive, f"{name}/version", b"3\n")
     finally:
         if target is not f:

@@ -271,6 +271,12 @@ def test_worker_info_init_fn_seeds_and_persistent_workers():
     # persistent workers are the same processes in both epochs
     assert {b["pid"][0].item() for b in first} == {b["pid"][0].item() for b in second}
     assert ttd.get_worker_info() is None
+    # an epoch abandoned half-way: its batches in flight never leak into the next epoch
+    shuffled = ttd.DataLoader(_WhoAmI(), batch_size=2, num_workers=2, shuffle=True, persistent_workers=True,
+                              generator=tt.Generator().manual_seed(0))
+    for _ in range(3):
+        next(iter(shuffled))
+        assert sorted(i for b in shuffled for i in b["i"].tolist()) == list(range(12))
 
 
 class _Failing(ttd.Dataset):

@@ -1,7 +1,7 @@
 """The worker processes of a DataLoader with ``num_workers > 0``.
 
-Each worker gets tasks ``(task_id, indices)`` (map-style) or ``(task_id, None)`` (iterable: "your next
-batch") on its own queue and answers ``(task_id, worker_id, batch)`` on the shared result queue, where a
+Each worker gets tasks ``((epoch, index), indices)`` (map-style) or ``((epoch, index), None)`` (iterable:
+"your next batch") on its own queue and answers ``(task_id, worker_id, batch)`` on the shared result queue, where a
 batch that failed is an :class:`_ExceptionWrapper` and an exhausted iterable worker answers
 :data:`_STOP`. Tensors travel by pickling (turbo_torch tensors pickle as their bytes, dtype and shape).
 ``None`` on the task queue ends the worker.
@@ -119,7 +119,7 @@ def worker_loop(dataset: Any, is_iterable: bool, task_queue: Any, result_queue: 
         if task is None:
             return
         task_id, indices = task
-        if task_id == "reset":  # persistent workers: a new epoch of an iterable dataset
+        if isinstance(task_id, str) and task_id == "reset":  # persistent workers: a new epoch of an iterable dataset
             exhausted = False
             if is_iterable and init_error is None:
                 iterator = iter(dataset)

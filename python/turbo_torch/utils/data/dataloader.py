@@ -200,6 +200,7 @@ class _MultiProcessIterator:
         elif not first:
             for task_queue in self._task_queues:
                 task_queue.put(("reset", None))
+        self._epoch = getattr(self, "_epoch", -1) + 1  # results of an abandoned epoch are dropped
         self._send_index = 0
         self._receive_index = 0
         self._task_worker: Dict[int, int] = {}
@@ -221,7 +222,7 @@ class _MultiProcessIterator:
             indices = next(self._sampler_iter, _worker._STOP)
             if indices is _worker._STOP:
                 return
-        self._task_queues[worker_id].put((self._send_index, indices))
+        self._task_queues[worker_id].put(((self._epoch, self._send_index), indices))
         self._task_worker[self._send_index] = worker_id
         self._send_index += 1
 
@@ -254,8 +255,9 @@ class _MultiProcessIterator:
                     self._shutdown()
                 raise StopIteration
             if self._receive_index not in self._results:
-                task_id, worker_id, data = self._get_result()
-                self._results[task_id] = data
+                (epoch, task_index), worker_id, data = self._get_result()
+                if epoch == self._epoch:
+                    self._results[task_index] = data
                 continue
             data = self._results.pop(self._receive_index)
             worker_id = self._task_worker.pop(self._receive_index)
