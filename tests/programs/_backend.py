@@ -1,0 +1,37 @@
+"""Shared by the program scripts: picks the framework from TB_PROGRAM_BACKEND ("torch" or "turbo"),
+loads the initial state written by the test (numpy .npz, so neither side needs the other), and prints
+the per-step losses as JSON. Under "turbo", importing torch is made impossible first."""
+import json
+import os
+import sys
+
+import numpy as np
+
+BACKEND = os.environ.get("TB_PROGRAM_BACKEND", "torch")
+if BACKEND == "turbo":
+    sys.modules["torch"] = None  # the program must not reach PyTorch
+
+
+def framework():
+    if BACKEND == "turbo":
+        import turbo_torch
+        return turbo_torch
+    import torch
+    return torch
+
+
+def load_initial_state(torch, model):
+    path = os.environ.get("TB_PROGRAM_STATE")
+    if path:
+        # np.array(copy) keeps 0-d entries 0-d (ascontiguousarray would make them 1-d)
+        state = {k: torch.from_numpy(np.array(v, copy=True, order="C")) for k, v in np.load(path).items()}
+        model.load_state_dict(state)
+    return model
+
+
+def save_state(model, path):
+    np.savez(path, **{k: v.detach().numpy() for k, v in model.state_dict().items()})
+
+
+def report(losses):
+    print(json.dumps({"losses": [float(x) for x in losses]}))
