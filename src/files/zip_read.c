@@ -2,6 +2,7 @@
  * every offset and size is checked against the file before it is used; see zip_read.h. */
 #include "zip_read.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,21 +22,35 @@ static uint32_t read32(const unsigned char *p) {
 }
 static uint64_t read64(const unsigned char *p) { return read32(p) | ((uint64_t)read32(p + 4) << 32); }
 
-uint32_t tb_zip_crc32(const unsigned char *data, size_t size) {
-    static uint32_t table[256];
-    static int ready; /* benign race: every thread writes the same values */
-    if (!ready) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++)
-                c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
+/* Slice-by-8: eight tables let the loop consume 8 bytes per step (about 4x the bytewise loop). Table 0 is
+ * the classic reflected table of polynomial 0xEDB88320; table k advances table k-1 by one zero byte. */
+static uint32_t crc_tables[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_tables[0][i] = c;
     }
+    for (int t = 1; t < 8; t++)
+        for (uint32_t i = 0; i < 256; i++)
+            crc_tables[t][i] = (crc_tables[t - 1][i] >> 8) ^ crc_tables[0][crc_tables[t - 1][i] & 0xFF];
+}
+
+uint32_t tb_zip_crc32(const unsigned char *data, size_t size) {
+    pthread_once(&crc_once, crc_init);
     uint32_t crc = 0xFFFFFFFFu;
-    for (size_t i = 0; i < size; i++)
-        crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
+    size_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+        uint32_t low = crc ^ read32(data + i), high = read32(data + i + 4);
+        crc = crc_tables[7][low & 0xFF] ^ crc_tables[6][(low >> 8) & 0xFF] ^ crc_tables[5][(low >> 16) & 0xFF] ^
+              crc_tables[4][low >> 24] ^ crc_tables[3][high & 0xFF] ^ crc_tables[2][(high >> 8) & 0xFF] ^
+              crc_tables[1][(high >> 16) & 0xFF] ^ crc_tables[0][high >> 24];
+    }
+    for (; i < size; i++)
+        crc = crc_tables[0][(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
     return crc ^ 0xFFFFFFFFu;
 }
 
