@@ -32,4 +32,4 @@ def test_program_matches_torch(name, tmp_path):
     got = json.loads(run(name, "turbo", {"TB_PROGRAM_STATE": str(state)}).strip().splitlines()[-1])["losses"]
     assert len(got) == len(expected) == 50
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
-    assert got[-1] < got[0]  # it learns
+    assert np.mean(got[-8:]) < np.mean(got[:8])  # it learns (batches cycle, so compare whole cycles)
