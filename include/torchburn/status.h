@@ -29,6 +29,7 @@ typedef enum tb_status {
     TB_ERR_UNSUPPORTED,      /* valid but not implemented, or the CPU lacks a feature (RuntimeError) */
     TB_ERR_READ_ONLY,        /* a write was requested through a read-only buffer (ValueError) */
     TB_ERR_INTERNAL,         /* a broken invariant inside torchburn (RuntimeError) */
+    TB_ERR_INTERRUPTED,      /* the caller's interrupt hook asked to stop (Python: KeyboardInterrupt) */
     TB_STATUS_COUNT
 } tb_status;
 
@@ -46,6 +47,23 @@ TB_API void tb_error_clear(void);
 
 /* A short stable name for a status, e.g. "TB_ERR_SHAPE". */
 TB_API const char *tb_status_name(tb_status status);
+
+/* Cancel points. A long-running call (a model load, a prefill) polls the calling thread's interrupt hook
+ * between units of work (a layer, a chunk of a tensor) and stops with TB_ERR_INTERRUPTED, leaving its
+ * object as it was before the call. The hook is per thread, so worker threads and other callers are not
+ * affected; polls are rate-limited to one per TB_INTERRUPT_POLL_NS so a hook may be expensive (the Python
+ * binding takes the GIL back to check for signals). */
+typedef int (*tb_interrupt_fn)(void *context); /* nonzero: stop */
+#define TB_INTERRUPT_POLL_NS 50000000LL /* 50 ms */
+
+/* Installs `fn` (NULL removes it) for the calling thread; returns the previous hook and its context. */
+TB_API tb_interrupt_fn tb_interrupt_hook_set(tb_interrupt_fn fn, void *context, void **previous_context);
+
+/* The calling thread's poll period in ns (0: poll at every cancel point, as the tests do; < 0: default). */
+TB_API void tb_interrupt_poll_period_set(long long ns);
+
+/* A cancel point: TB_ERR_INTERRUPTED with a message naming `where` when the hook asks to stop, else TB_OK. */
+TB_API TB_NODISCARD tb_status tb_interrupt_check(const char *where);
 
 /* Propagate a non-OK status from an expression. */
 #define TB_TRY(expr)                       \

@@ -48,6 +48,7 @@ const char *tb_status_name(tb_status status) {
         [TB_ERR_UNSUPPORTED] = "TB_ERR_UNSUPPORTED",
         [TB_ERR_READ_ONLY] = "TB_ERR_READ_ONLY",
         [TB_ERR_INTERNAL] = "TB_ERR_INTERNAL",
+        [TB_ERR_INTERRUPTED] = "TB_ERR_INTERRUPTED",
     };
     if ((unsigned)status >= TB_STATUS_COUNT)
         return "TB_ERR_UNKNOWN";

@@ -232,8 +232,8 @@ static tb_status check_overlaps_and_duplicates(const tb_zip_entry *entries, span
 tb_status tb_zip_index(const unsigned char *data, size_t size, tb_zip_entry **entries_out, size_t *count_out) {
     *entries_out = NULL;
     *count_out = 0;
-    size_t end_pos;
-    uint64_t count, dir_size, dir_offset, dir_limit;
+    size_t end_pos = 0;
+    uint64_t count = 0, dir_size = 0, dir_offset = 0, dir_limit = 0;
     tb_status status = find_end_record(data, size, &end_pos);
     if (status == TB_OK)
         status = read_directory_location(data, size, end_pos, &count, &dir_size, &dir_offset, &dir_limit);

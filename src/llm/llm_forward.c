@@ -360,6 +360,8 @@ static tb_status forward_chunk(tb_llm_session *s, const tb_llm_kernels *kernels,
         tb_llm_rope_row(m, pos0 + t, s->cos_table + t * half, s->sin_table + t * half);
     const int64_t group = hq / m->n_kv_heads;
     for (int64_t l = 0; l < m->n_layers; l++) {
+        /* cancel point: the cache keeps its length (and positions past it are rewritten by the next call) */
+        TB_TRY(tb_interrupt_check("llm: forward"));
         const llm_layer *layer = &m->layers[l];
         for (int64_t t = 0; t < count; t++)
             kernels->rms_norm(s->x + t * c, layer->attn_norm, s->xn + t * c, c, m->norm_eps);

@@ -241,10 +241,12 @@ static tb_status get_tensor(loader *l, const char *name, int ndim, const int64_t
     return tb_checkpoint_get(l->checkpoint, name, out);
 }
 
-static void report(loader *l, int64_t elements) {
+/* Progress, and the load's cancel point (one per chunk of a tensor). */
+static tb_status report(loader *l, int64_t elements) {
     l->done += elements;
     if (l->options->progress)
         l->options->progress(l->options->progress_context, l->done, l->total);
+    return tb_interrupt_check("llm: loading the model");
 }
 
 /* Rows [row0, row0 + rows) of a contiguous float tensor of width k, as f32 into dst. */
@@ -300,7 +302,8 @@ static tb_status load_matrix(loader *l, llm_matrix *m, const matrix_part *parts,
                 if (status != TB_OK)
                     status = tb_error_prefix(status, "llm: quantizing '%s'", parts[p].name);
             }
-            report(l, rows * k);
+            if (status == TB_OK)
+                status = report(l, rows * k);
         }
         tb_tensor_release(&t);
         TB_TRY(status);

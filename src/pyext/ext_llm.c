@@ -140,8 +140,11 @@ static void progress_trampoline(void *context, int64_t done, int64_t total) {
     PyEval_RestoreThread(p->saved);
     PyObject *result = PyObject_CallFunction(p->callback, "LL", (long long)done, (long long)total);
     if (!result) {
-        PyErr_Clear(); /* a failing progress display must not break loading */
         p->failed = 1;
+        /* a failing progress display must not break loading, but Ctrl-C inside it must stop it: the
+         * exception stays set and the next cancel point (signal_hook) sees it */
+        if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
+            PyErr_Clear();
     }
     Py_XDECREF(result);
     p->saved = PyEval_SaveThread();
@@ -174,12 +177,19 @@ static PyObject *model_load(PyObject *cls, PyObject *args, PyObject *kwargs) {
             options.progress = progress_trampoline;
             options.progress_context = &pc;
         }
+        tb_py_interrupt interrupt;
+        tb_py_interrupt_begin(&pc.saved, &interrupt);
         pc.saved = PyEval_SaveThread();
         status = tb_llm_model_load(PyBytes_AS_STRING(path_obj), &options, &model);
         PyEval_RestoreThread(pc.saved);
+        tb_py_interrupt_end(&interrupt);
     }
     Py_DECREF(path_obj);
     Py_XDECREF(cache_bytes);
+    if (status == TB_OK && PyErr_Occurred()) { /* Ctrl-C in the progress display after the last cancel point */
+        tb_llm_model_free(model);
+        return NULL;
+    }
     if (status != TB_OK)
         return tb_py_raise(status);
     py_llm_model *self = PyObject_New(py_llm_model, model_type);
@@ -385,11 +395,15 @@ static PyObject *session_logits(py_llm_session *self, PyObject *args, PyObject *
         return NULL;
     }
     self->epoch++;
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *saved;
+    tb_py_interrupt interrupt;
+    tb_py_interrupt_begin(&saved, &interrupt);
+    saved = PyEval_SaveThread();
     status = tb_llm_session_truncate(self->session, 0);
     if (status == TB_OK)
         status = tb_llm_forward(self->session, ids, count, tb_tensor_data(&out), all != 0);
-    Py_END_ALLOW_THREADS
+    PyEval_RestoreThread(saved);
+    tb_py_interrupt_end(&interrupt);
     self->busy = 0;
     PyMem_Free(ids);
     if (status != TB_OK) {
@@ -486,9 +500,12 @@ static PyObject *session_generate(py_llm_session *self, PyObject *args, PyObject
     }
     self->epoch++;
     tb_llm_stats stats;
+    tb_py_interrupt interrupt;
+    tb_py_interrupt_begin(&context.saved, &interrupt);
     context.saved = PyEval_SaveThread();
     tb_status status = tb_llm_generate(self->session, &desc, token_trampoline, &context, NULL, 0, &stats);
     PyEval_RestoreThread(context.saved);
+    tb_py_interrupt_end(&interrupt);
     self->busy = 0;
     PyMem_Free(prompt);
     PyMem_Free(stops);
@@ -521,9 +538,13 @@ static PyObject *session_begin(py_llm_session *self, PyObject *args, PyObject *k
     self->epoch++;
     tb_llm_generation *generation = NULL;
     tb_status status;
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *saved;
+    tb_py_interrupt interrupt;
+    tb_py_interrupt_begin(&saved, &interrupt);
+    saved = PyEval_SaveThread();
     status = tb_llm_generation_begin(self->session, &desc, &generation);
-    Py_END_ALLOW_THREADS
+    PyEval_RestoreThread(saved);
+    tb_py_interrupt_end(&interrupt);
     self->busy = 0;
     PyMem_Free(prompt);
     PyMem_Free(stops);

@@ -37,6 +37,19 @@ int tb_py_import_tensor(PyObject *object, const char *name, tb_tensor *out);
 /* Raises the Python exception matching `status` with tb_error_message(); returns NULL. */
 PyObject *tb_py_raise(tb_status status);
 
+/* Ctrl-C during a long C call made with the GIL released. On the main thread, begin() installs the C
+ * interrupt hook (status.h) for the call: at each cancel point, at most every TB_INTERRUPT_POLL_NS, it
+ * takes the GIL back through *saved (the PyThreadState the caller saved), runs Python's signal handlers
+ * and stops the call with TB_ERR_INTERRUPTED if one raised; tb_py_raise then leaves that exception
+ * (KeyboardInterrupt) set. Call begin() with the GIL held, before saving the thread state; end() after. */
+typedef struct tb_py_interrupt {
+    int installed;
+    tb_interrupt_fn previous;
+    void *previous_context;
+} tb_py_interrupt;
+void tb_py_interrupt_begin(PyThreadState **saved, tb_py_interrupt *state);
+void tb_py_interrupt_end(tb_py_interrupt *state);
+
 /* Registration hooks called from the module init, one per binding file; each adds its functions and
  * types to the module and returns 0, or -1 with an exception set. */
 int tb_pyext_register_tensor(PyObject *module);

@@ -551,6 +551,53 @@ static void check_reproducible(const tb_llm_model *model, const char *what) {
     free(fresh);
 }
 
+/* Cancel points: a hook that says stop at its n-th poll (polling at every cancel point). */
+typedef struct stop_at {
+    int polls, stop_at;
+} stop_at;
+
+static int stop_hook(void *context) {
+    stop_at *s = context;
+    return ++s->polls >= s->stop_at;
+}
+
+static void test_interrupts(const char *dir) {
+    stop_at counter = {0, 3};
+    tb_interrupt_poll_period_set(0);
+    void *previous_context = NULL;
+    TB_CHECK(tb_interrupt_hook_set(stop_hook, &counter, &previous_context) == NULL);
+    /* the load stops at a chunk boundary and frees what it built (ASan checks the leak) */
+    tb_llm_load_options options = {.quant = TB_LLM_QUANT_INT8};
+    tb_llm_model *model = NULL;
+    TB_CHECK(tb_llm_model_load(dir, &options, &model) == TB_ERR_INTERRUPTED && model == NULL);
+    TB_CHECK(strstr(tb_error_message(), "interrupted") != NULL && counter.polls == 3);
+    tb_interrupt_hook_set(NULL, NULL, NULL);
+    options.quant = TB_LLM_QUANT_NONE;
+    TB_CHECK(tb_llm_model_load(dir, &options, &model) == TB_OK);
+    if (!model)
+        return;
+    /* a forward stops between layers; the cache keeps its length and the next forward is exact */
+    tb_llm_session *session = NULL, *fresh = NULL;
+    TB_CHECK(tb_llm_session_new(model, 16, false, &session) == TB_OK);
+    TB_CHECK(tb_llm_session_new(model, 16, false, &fresh) == TB_OK);
+    const int32_t ids[6] = {3, 1, 4, 1, 5, 9};
+    float logits[VOCAB], expected[VOCAB];
+    TB_CHECK(tb_llm_forward(session, ids, 2, logits, false) == TB_OK);
+    counter = (stop_at){0, 2};
+    tb_interrupt_hook_set(stop_hook, &counter, NULL);
+    TB_CHECK(tb_llm_forward(session, ids + 2, 4, logits, false) == TB_ERR_INTERRUPTED);
+    TB_CHECK(tb_llm_session_length(session) == 2 && counter.polls == 2);
+    tb_interrupt_hook_set(NULL, NULL, NULL);
+    tb_interrupt_poll_period_set(-1);
+    TB_CHECK(tb_llm_forward(session, ids + 2, 4, logits, false) == TB_OK);
+    TB_CHECK(tb_llm_forward(fresh, ids, 2, expected, false) == TB_OK);
+    TB_CHECK(tb_llm_forward(fresh, ids + 2, 4, expected, false) == TB_OK);
+    TB_CHECK(memcmp(logits, expected, sizeof logits) == 0);
+    tb_llm_session_free(session);
+    tb_llm_session_free(fresh);
+    tb_llm_model_free(model);
+}
+
 static void test_model(const char *root) {
     rng = 0x2545f4914f6cdd1dull; /* the same model whatever ran before */
     char dir[512], mistral[512], cache[512], broken[512];
@@ -575,6 +622,7 @@ static void test_model(const char *root) {
     check_incremental(model, false, "qwen f32");
     check_incremental(model, true, "qwen f32, f16 cache"); /* f16 keys vs f16 keys: same rounding both ways */
     check_reproducible(model, "qwen f32");
+    test_interrupts(dir);
 
     /* generation: greedy equals argmax of the logits; finish reasons */
     tb_llm_session *session = NULL;

@@ -95,7 +95,7 @@ int main(void) {
     entry_spec good[] = {{"archive/data.pkl", "\x80\x02N.", 0, 0}, {"archive/data/0", "abcdefgh", 0, 1}};
     build(&b, good, 2);
     size_t count = 0;
-    tb_zip_entry first;
+    tb_zip_entry first = {0};
     TB_CHECK(index_of(&b, b.size, &count, &first) == TB_OK && count == 2);
     TB_CHECK(first.name_length == 16 && memcmp(first.name, "archive/data.pkl", 16) == 0);
     TB_CHECK(first.size == 4 && memcmp(b.bytes + first.data_offset, "\x80\x02N.", 4) == 0);

@@ -482,3 +482,90 @@ def test_one_call_at_a_time_per_llm_and_a_clear_error_for_a_second(model_dir):
     assert outputs["a"] == outputs["b"] == expected
     reference = llm.tokenizer.encode("The quick brown fox " * 20)
     assert all(ids == reference for ids in outputs["a-tokens"] + outputs["b-tokens"])
+
+
+# ---------------------------------------------------------------- 7: Ctrl-C during a long prefill or load
+
+@pytest.fixture(scope="module")
+def wide_model_dir(tmp_path_factory):
+    """A random Llama big enough (hidden 512, 6 layers, ~20M parameters) that a long prefill and an int4 load
+    take a good fraction of a second here, so a signal can land in the middle of them."""
+    folder = tmp_path_factory.mktemp("interrupt") / "wide-llama"
+    torch.manual_seed(3)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=512, intermediate_size=1536, num_hidden_layers=6,
+                                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=8192,
+                                      tie_word_embeddings=False, eos_token_id=2)
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
+    _tokenizer().save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    return folder
+
+
+# In a child: time the uninterrupted call, then run it again and send SIGINT (from another thread, as a
+# terminal would) after a tenth of that time. The call must stop with KeyboardInterrupt before it finishes:
+# `partial` checks what it left behind. Without cancel points the interrupt only lands after the call.
+_INTERRUPT_CHILD = r"""
+import os, signal, sys, threading, time
+from torchburn.llm import LLM
+
+def interrupted_after(delay, call):
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.perf_counter()
+    timer.start()
+    try:
+        call()
+    except KeyboardInterrupt:
+        return time.perf_counter() - start
+    finally:
+        timer.join()
+    return None
+"""
+
+
+def test_ctrl_c_stops_a_long_prefill_between_layers(wide_model_dir):
+    code = _INTERRUPT_CHILD + f"""
+llm = LLM.from_pretrained({str(wide_model_dir)!r}, quant="int8", quiet=True, max_seq_len=8192)
+prompt = [5 + i % 250 for i in range(4096)]
+start = time.perf_counter()
+llm.generate_tokens(prompt, max_tokens=1, temperature=0.0)
+full = time.perf_counter() - start
+for name, call in (("generate", lambda: llm.generate_tokens(prompt, max_tokens=1, temperature=0.0)),
+                   ("logits", lambda: llm.logits(prompt))):
+    llm.reset()
+    took = interrupted_after(full / 10, call)
+    cached = len(llm._session.tokens)
+    print(name, full, took, cached, flush=True)
+    assert took is not None, name + ": no KeyboardInterrupt"
+    assert cached < len(prompt), name + ": the whole prompt ran before the interrupt was noticed"
+    assert cached % 256 == 0, name + ": the cache must end on a whole prefill chunk"
+# the session is usable after an interrupt and gives the uninterrupted answer
+first = llm.generate_tokens(prompt[:300], max_tokens=4, temperature=0.0, stop_token_ids=[])
+llm.reset()
+assert llm.generate_tokens(prompt[:300], max_tokens=4, temperature=0.0, stop_token_ids=[]) == first
+print("ok")
+"""
+    result = _run_child(code, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout + result.stderr
+
+
+def test_ctrl_c_in_the_progress_display_stops_the_load(wide_model_dir, tmp_path):
+    """A KeyboardInterrupt raised inside the load's progress callback (Ctrl-C while the bar is drawn) stops
+    the load; other errors of the display are ignored. (Before: every exception there was swallowed and
+    the load ran to the end. The loader's own cancel points are tested in tests/c/test_llm.c.)"""
+    calls = []
+
+    def interrupting(done, total):
+        calls.append(done)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    def broken(done, total):
+        calls.append(done)
+        raise ValueError("a broken progress display")
+
+    with pytest.raises(KeyboardInterrupt):
+        _C._LLMModel.load(str(wide_model_dir), quant="int4", cache_path=None, progress=interrupting)
+    assert len(calls) == 2
+    calls.clear()
+    model = _C._LLMModel.load(str(wide_model_dir), quant="int4", cache_path=None, progress=broken)
+    assert model.info["parameters"] > 0 and len(calls) == 1
