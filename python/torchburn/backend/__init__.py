@@ -142,10 +142,10 @@ def register(name: str = "torchburn") -> None:
 def compile(model: Any, **kwargs: Any) -> Any:  # noqa: A001 - mirrors torch.compile
     """``torch.compile(model, backend="torchburn", **kwargs)``.
 
-    Warns (``UserWarning``) when `model` is wrapped in ``DistributedDataParallel``: on torch 2.13
-    Dynamo captures no graph through DDP's forward, so nothing would reach the backend and the model
-    would silently run in eager PyTorch. Compile the module, then wrap it:
-    ``DDP(torchburn.compile(model))`` (see docs/compile_backend.md)."""
+    Warns (``UserWarning``) when `model` is wrapped in ``DistributedDataParallel`` or is an FSDP2
+    (``fully_shard``) module: on torch 2.13 Dynamo captures no graph through their forward, so nothing
+    would reach the backend and the model would silently run in eager PyTorch. Compile the module (or
+    each block), then wrap or shard it: ``DDP(torchburn.compile(model))`` (see docs/compile_backend.md)."""
     _warn_if_unreachable(model)
     register()
     return torch.compile(model, backend="torchburn", **kwargs)
@@ -162,6 +162,14 @@ def _warn_if_unreachable(model: Any) -> None:
             "capture a graph through DDP's forward (torch 2.13), so it would run in eager PyTorch without "
             "reaching torchburn. Compile the module first, then wrap it: "
             "DDP(torchburn.compile(model), ...)", UserWarning, stacklevel=3)
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        warnings.warn(
+            "torchburn.compile: the model is an FSDP2 module (fully_shard); torch.compile captures no graph "
+            "through its forward (torch 2.13), so it would run in eager PyTorch without reaching torchburn. "
+            "Compile each block first, then shard: block = torchburn.compile(block); fully_shard(block); "
+            "... fully_shard(model)", UserWarning, stacklevel=3)
 
 
 def cache_stats() -> dict:
