@@ -50,6 +50,29 @@ static const char *reduce_node_names[TB_EAGER_REDUCE_COUNT] = {
     [TB_EAGER_REDUCE_LOGSUMEXP] = "LogsumexpBackward0",
 };
 
+/* The autograd side of the one-input reductions: when `x` needs grad, a node of `kind` (variant `op`,
+ * PyTorch's name `name`) on `result` with ints[0..2] = a, b, c and params.alpha = alpha, saving x in slot 0
+ * (when save_input) and the result in slot 1. On failure drops `result` and returns NULL. */
+static PyObject *attach_unary_node(PyObject *result, PyObject *x, tt_node_kind kind, int op, const char *name,
+                                   int64_t a, int64_t b, int64_t c, double alpha, int save_input) {
+    if (!result || !tt_needs_grad(1, &x))
+        return result;
+    tt_node *node = tt_node_new(kind, op, name, 1, &x);
+    if (!node) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    node->ints[0] = a;
+    node->ints[1] = b;
+    node->ints[2] = c;
+    node->params.alpha = alpha;
+    if (save_input)
+        tt_node_save(node, 0, tt_data(x));
+    tt_node_save(node, 1, tt_data(result));
+    tt_set_grad_fn(result, node);
+    return result;
+}
+
 /* _tt_reduce(op, x, dim, keepdim, dtype) */
 static PyObject *py_reduce(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !tt_check(args[1]))
@@ -97,19 +120,9 @@ static PyObject *py_reduce(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
         return tt_raise(status);
     }
     PyObject *result = tt_wrap(&out);
-    if (result && reduce_node_names[op] && tb_dtype_category_of(out_dtype) == TB_CATEGORY_FLOATING && tt_needs_grad(1, &x)) {
-        tt_node *node = tt_node_new(TT_NODE_REDUCE, op, reduce_node_names[op], 1, &x);
-        if (!node) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        node->ints[0] = mask;
-        node->ints[1] = keepdim;
-        tt_node_save(node, 0, t);
-        tt_node_save(node, 1, tt_data(result));
-        tt_set_grad_fn(result, node);
-    }
-    return result;
+    if (!reduce_node_names[op] || tb_dtype_category_of(out_dtype) != TB_CATEGORY_FLOATING)
+        return result;
+    return attach_unary_node(result, x, TT_NODE_REDUCE, op, reduce_node_names[op], mask, keepdim, 0, 0.0, 1);
 }
 
 /* _tt_var(x, dim, correction, keepdim, take_sqrt) */
@@ -132,22 +145,8 @@ static PyObject *py_var(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     tb_status status = tb_eager_var(tt_data(x), mask, correction, keepdim, take_sqrt, &out);
     if (status != TB_OK)
         return tt_raise(status);
-    PyObject *result = tt_wrap(&out);
-    if (result && tt_needs_grad(1, &x)) {
-        tt_node *node = tt_node_new(TT_NODE_VAR, 0, take_sqrt ? "StdBackward0" : "VarBackward0", 1, &x);
-        if (!node) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        node->ints[0] = mask;
-        node->ints[1] = keepdim;
-        node->ints[2] = take_sqrt;
-        node->params.alpha = correction;
-        tt_node_save(node, 0, tt_data(x));
-        tt_node_save(node, 1, tt_data(result));
-        tt_set_grad_fn(result, node);
-    }
-    return result;
+    return attach_unary_node(tt_wrap(&out), x, TT_NODE_VAR, 0, take_sqrt ? "StdBackward0" : "VarBackward0", mask,
+                             keepdim, take_sqrt, correction, 1);
 }
 
 /* _tt_norm(x, p, dim, keepdim) */
@@ -170,21 +169,7 @@ static PyObject *py_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     tb_status status = tb_eager_norm(tt_data(x), p, mask, keepdim, in, &out);
     if (status != TB_OK)
         return tt_raise(status);
-    PyObject *result = tt_wrap(&out);
-    if (result && tt_needs_grad(1, &x)) {
-        tt_node *node = tt_node_new(TT_NODE_NORM, 0, "LinalgVectorNormBackward0", 1, &x);
-        if (!node) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        node->ints[0] = mask;
-        node->ints[1] = keepdim;
-        node->params.alpha = p;
-        tt_node_save(node, 0, tt_data(x));
-        tt_node_save(node, 1, tt_data(result));
-        tt_set_grad_fn(result, node);
-    }
-    return result;
+    return attach_unary_node(tt_wrap(&out), x, TT_NODE_NORM, 0, "LinalgVectorNormBackward0", mask, keepdim, 0, p, 1);
 }
 
 /* _tt_max_dim(is_max, x, dim, keepdim) -> (values, indices) */
@@ -278,21 +263,13 @@ static PyObject *py_cumulative(PyObject *m, PyObject *const *args, Py_ssize_t na
     if (status != TB_OK)
         return tt_raise(status);
     PyObject *result = tt_wrap(&out);
-    if (result && tb_dtype_category_of(out_dtype) == TB_CATEGORY_FLOATING && tt_needs_grad(1, &x)) {
-        tt_node *node = tt_node_new(TT_NODE_CUMULATIVE, is_prod, is_prod ? "CumprodBackward0" : "CumsumBackward0", 1, &x);
-        if (!node) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        int d = 0;
-        if (tt_data(x)->ndim)
-            (void)tb_normalize_dim(dim, tt_data(x)->ndim, &d);
-        node->ints[0] = d;
-        tt_node_save(node, 0, tt_data(x));
-        tt_node_save(node, 1, tt_data(result));
-        tt_set_grad_fn(result, node);
-    }
-    return result;
+    if (tb_dtype_category_of(out_dtype) != TB_CATEGORY_FLOATING)
+        return result;
+    int d = 0;
+    if (tt_data(x)->ndim)
+        (void)tb_normalize_dim(dim, tt_data(x)->ndim, &d);
+    return attach_unary_node(result, x, TT_NODE_CUMULATIVE, is_prod, is_prod ? "CumprodBackward0" : "CumsumBackward0",
+                             d, 0, 0, 0.0, 1);
 }
 
 PyObject *tt_matmul(PyObject *a, PyObject *b) {
@@ -363,19 +340,8 @@ static PyObject *py_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     }
     if (status != TB_OK)
         return tt_raise(status);
-    PyObject *result = tt_wrap(&out);
-    if (result && tt_needs_grad(1, &x)) {
-        tt_node *node = tt_node_new(TT_NODE_SOFTMAX, 0, log_form ? "LogSoftmaxBackward0" : "SoftmaxBackward0", 1, &x);
-        if (!node) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        node->ints[0] = d;
-        node->ints[1] = log_form;
-        tt_node_save(node, 1, tt_data(result));
-        tt_set_grad_fn(result, node);
-    }
-    return result;
+    return attach_unary_node(tt_wrap(&out), x, TT_NODE_SOFTMAX, 0, log_form ? "LogSoftmaxBackward0" : "SoftmaxBackward0",
+                             d, log_form, 0, 0.0, 0);
 }
 
 /* ---- creation ---- */
