@@ -233,24 +233,19 @@ typedef struct unary_job {
     const tb_pw_params *p;
 } unary_job;
 
-static void unary_float_f32(int op, const float *x, float *y, int64_t n, const tb_pw_params *p) {
-    switch (op) {
-#define CASE(id, name, simd) \
-    case TB_PW_##id: for (int64_t i = 0; i < n; i++) y[i] = (float)tb_pw_##name(x[i], p); break;
-        TB_PW_UNARY_FLOAT_LIST(CASE) TB_PW_UNARY_SAME_LIST(CASE)
-#undef CASE
-    default: break;
+/* The float loops, one function per element type from one body: the op's formula runs in double
+ * (pointwise_math.h) and the result is stored in the element type (the cast is exact for double). */
+#define UNARY_FLOAT_CASE(id, name, simd) \
+    case TB_PW_##id: for (int64_t i = 0; i < n; i++) y[i] = (__typeof__(y[0]))tb_pw_##name(x[i], p); break;
+#define DEFINE_UNARY_FLOAT(NAME, T)                                                          \
+    static void NAME(int op, const T *x, T *y, int64_t n, const tb_pw_params *p) {          \
+        switch (op) {                                                                        \
+            TB_PW_UNARY_FLOAT_LIST(UNARY_FLOAT_CASE) TB_PW_UNARY_SAME_LIST(UNARY_FLOAT_CASE) \
+        default: break;                                                                      \
+        }                                                                                    \
     }
-}
-static void unary_float_f64(int op, const double *x, double *y, int64_t n, const tb_pw_params *p) {
-    switch (op) {
-#define CASE(id, name, simd) \
-    case TB_PW_##id: for (int64_t i = 0; i < n; i++) y[i] = tb_pw_##name(x[i], p); break;
-        TB_PW_UNARY_FLOAT_LIST(CASE) TB_PW_UNARY_SAME_LIST(CASE)
-#undef CASE
-    default: break;
-    }
-}
+DEFINE_UNARY_FLOAT(unary_float_f32, float)
+DEFINE_UNARY_FLOAT(unary_float_f64, double)
 static void unary_int(int op, const int64_t *x, int64_t *y, int64_t n, const tb_pw_params *p) {
     switch (op) {
 #define CASE(id, name, simd) \
@@ -377,32 +372,21 @@ typedef struct binary_job {
     const tb_pw_params *p;
 } binary_job;
 
-static void binary_f32(int op, const float *a, int64_t as, const float *b, int64_t bs, float *y, int64_t n,
-                       const tb_pw_params *p) {
-    switch (op) {
-#define CASE(id, name, simd)                                                 \
-    case TB_PWB_##id:                                                        \
-        for (int64_t i = 0; i < n; i++)                                      \
-            y[i] = (float)tb_pwb_##name(a[i * as], b[i * bs], p);            \
+#define BINARY_FLOAT_CASE(id, name, simd)                                                      \
+    case TB_PWB_##id:                                                                          \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            y[i] = (__typeof__(y[0]))tb_pwb_##name(a[i * as], b[i * bs], p);                   \
         break;
-        TB_PW_BINARY_ARITH_LIST(CASE) TB_PW_BINARY_FDIV_LIST(CASE)
-#undef CASE
-    default: break;
+#define DEFINE_BINARY_FLOAT(NAME, T)                                                                          \
+    static void NAME(int op, const T *a, int64_t as, const T *b, int64_t bs, T *y, int64_t n,                 \
+                     const tb_pw_params *p) {                                                                 \
+        switch (op) {                                                                                         \
+            TB_PW_BINARY_ARITH_LIST(BINARY_FLOAT_CASE) TB_PW_BINARY_FDIV_LIST(BINARY_FLOAT_CASE)              \
+        default: break;                                                                                       \
+        }                                                                                                     \
     }
-}
-static void binary_f64(int op, const double *a, int64_t as, const double *b, int64_t bs, double *y, int64_t n,
-                       const tb_pw_params *p) {
-    switch (op) {
-#define CASE(id, name, simd)                                                 \
-    case TB_PWB_##id:                                                        \
-        for (int64_t i = 0; i < n; i++)                                      \
-            y[i] = tb_pwb_##name(a[i * as], b[i * bs], p);                   \
-        break;
-        TB_PW_BINARY_ARITH_LIST(CASE) TB_PW_BINARY_FDIV_LIST(CASE)
-#undef CASE
-    default: break;
-    }
-}
+DEFINE_BINARY_FLOAT(binary_f32, float)
+DEFINE_BINARY_FLOAT(binary_f64, double)
 static void binary_i64(int op, const int64_t *a, int64_t as, const int64_t *b, int64_t bs, int64_t *y, int64_t n,
                        const tb_pw_params *p) {
     switch (op) {
@@ -607,32 +591,26 @@ tb_status tb_eager_where(const tb_tensor *cond, tb_eager_operand a, tb_eager_ope
 
 /* ---- backward kernels ---- */
 
-static void unary_grad_loop(int op, const double *g, const double *x, const double *y, double *out, int64_t n,
-                            const tb_pw_params *p) {
-    switch (op) {
-#define CASE(id, name, simd) \
-    case TB_PW_##id: for (int64_t i = 0; i < n; i++) out[i] = g[i] * tb_pw_grad_##name(x[i], y[i], p); break;
-        TB_PW_UNARY_FLOAT_LIST(CASE) TB_PW_UNARY_SAME_LIST(CASE)
-#undef CASE
-    default: for (int64_t i = 0; i < n; i++) out[i] = 0; break;
+/* grad * derivative, in double, stored in the element type; one body for float32 and float64 */
+#define UNARY_GRAD_CASE(id, name, simd)                                                                  \
+    case TB_PW_##id:                                                                                     \
+        for (int64_t i = 0; i < n; i++)                                                                  \
+            out[i] = (__typeof__(out[0]))(g[i] * tb_pw_grad_##name(x[i], y[i], p));                      \
+        break;
+#define DEFINE_UNARY_GRAD(NAME, T)                                                                       \
+    static void NAME(int op, const T *g, const T *x, const T *y, T *out, int64_t n, const tb_pw_params *p) { \
+        switch (op) {                                                                                    \
+            TB_PW_UNARY_FLOAT_LIST(UNARY_GRAD_CASE) TB_PW_UNARY_SAME_LIST(UNARY_GRAD_CASE)               \
+        default: for (int64_t i = 0; i < n; i++) out[i] = 0; break;                                      \
+        }                                                                                                \
     }
-}
+DEFINE_UNARY_GRAD(unary_grad_loop, double)
+DEFINE_UNARY_GRAD(unary_grad_loop_f32, float)
 
 /* Stages operands into double arrays (the backward computes in double and stores in grad's dtype). */
 static bool contiguous_f32_like(const tb_tensor *t, const tb_tensor *like) {
     return t->dtype == TB_F32 && tb_tensor_is_contiguous(t) && t->ndim == like->ndim &&
            memcmp(t->shape, like->shape, sizeof(int64_t) * (size_t)t->ndim) == 0;
-}
-
-static void unary_grad_loop_f32(int op, const float *g, const float *x, const float *y, float *out, int64_t n,
-                                const tb_pw_params *p) {
-    switch (op) {
-#define CASE(id, name, simd) \
-    case TB_PW_##id: for (int64_t i = 0; i < n; i++) out[i] = (float)(g[i] * tb_pw_grad_##name(x[i], y[i], p)); break;
-        TB_PW_UNARY_FLOAT_LIST(CASE) TB_PW_UNARY_SAME_LIST(CASE)
-#undef CASE
-    default: for (int64_t i = 0; i < n; i++) out[i] = 0; break;
-    }
 }
 
 tb_status tb_eager_unary_backward(tb_pw_unary op, const tb_tensor *grad, const tb_tensor *x, const tb_tensor *y,
