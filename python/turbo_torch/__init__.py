@@ -396,3 +396,5 @@ from . import utils  # noqa: E402,F401
 
 from . import nn  # noqa: E402,F401
 from . import optim  # noqa: E402,F401
+from . import compiler  # noqa: E402,F401
+from .compiler import compile  # noqa: E402,F401
