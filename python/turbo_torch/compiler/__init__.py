@@ -317,6 +317,7 @@ def _function_lowerings() -> list:
             (T, "mul", _binary("mul")), (T, "view", _reshape), (T, "reshape", _reshape), (T, "flatten", _reshape)]
     for name in ("relu", "sigmoid", "tanh", "exp"):
         out.append((T, name, _unary(name)))
+    out.append((T, "__neg__", _unary("neg")))
     return out
 
 
