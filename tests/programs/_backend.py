@@ -4,6 +4,7 @@ the per-step losses as JSON. Under "turbo", importing torch is made impossible f
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -13,11 +14,20 @@ if BACKEND == "turbo":
 
 
 def framework():
+    threads = int(os.environ.get("TB_PROGRAM_THREADS", "0"))  # the training benchmark sets it
     if BACKEND == "turbo":
         import turbo_torch
+        if threads:
+            __import__("torchburn").set_num_threads(threads)
         return turbo_torch
     import torch
+    if threads:
+        torch.set_num_threads(threads)
     return torch
+
+
+STEPS = int(os.environ.get("TB_PROGRAM_STEPS", "50"))  # training steps (the benchmark runs more)
+_start = [None]
 
 
 def load_initial_state(torch, model):
@@ -26,6 +36,7 @@ def load_initial_state(torch, model):
         # np.array(copy) keeps 0-d entries 0-d (ascontiguousarray would make them 1-d)
         state = {k: torch.from_numpy(np.array(v, copy=True, order="C")) for k, v in np.load(path).items()}
         model.load_state_dict(state)
+    _start[0] = time.perf_counter()  # every program calls this right before its training loop
     return model
 
 
@@ -34,4 +45,7 @@ def save_state(model, path):
 
 
 def report(losses):
-    print(json.dumps({"losses": [float(x) for x in losses]}))
+    out = {"losses": [float(x) for x in losses]}
+    if _start[0] is not None:
+        out["loop_seconds"] = time.perf_counter() - _start[0]  # read by python -m torchburn.bench eager --training
+    print(json.dumps(out))

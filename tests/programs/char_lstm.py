@@ -1,5 +1,5 @@
 """A character-level LSTM language model (embedding, 2-layer LSTM, linear head), AdamW, clipping."""
-from _backend import framework, load_initial_state, report, save_state
+from _backend import STEPS, framework, load_initial_state, report, save_state
 
 import numpy as np
 
@@ -31,7 +31,7 @@ load_initial_state(torch, model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 seq = 24
 losses = []
-for step in range(50):
+for step in range(STEPS):
     start = (step * 7) % (len(text) - seq - 1)
     x = ids[start:start + seq].reshape(1, seq)
     y = ids[start + 1:start + seq + 1].reshape(1, seq)

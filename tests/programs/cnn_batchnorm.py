@@ -1,5 +1,5 @@
 """A small CNN with BatchNorm (training statistics) and Dropout (kept in eval mode), Adam."""
-from _backend import framework, load_initial_state, report, save_state
+from _backend import STEPS, framework, load_initial_state, report, save_state
 
 import numpy as np
 
@@ -21,7 +21,7 @@ model.train()
 model[9].eval()  # dropout off: its random stream is the framework's own
 optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
 losses = []
-for step in range(50):
+for step in range(STEPS):
     batch = slice((step * 8) % 32, (step * 8) % 32 + 8)
     loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
     optimizer.zero_grad()

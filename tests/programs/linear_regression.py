@@ -1,5 +1,5 @@
 """Linear regression with SGD + momentum and ReduceLROnPlateau."""
-from _backend import framework, load_initial_state, report, save_state
+from _backend import STEPS, framework, load_initial_state, report, save_state
 
 import numpy as np
 
@@ -18,7 +18,7 @@ load_initial_state(torch, model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=2)
 losses = []
-for step in range(50):
+for step in range(STEPS):
     loss = nn.functional.mse_loss(model(x), y)
     optimizer.zero_grad()
     loss.backward()

@@ -1,5 +1,5 @@
 """The PyTorch quickstart: an MLP on FashionMNIST-shaped data (synthetic), DataLoader, SGD."""
-from _backend import framework, load_initial_state, report, save_state  # the import line of the program
+from _backend import STEPS, framework, load_initial_state, report, save_state  # the import line of the program
 
 import numpy as np
 
@@ -32,13 +32,13 @@ load_initial_state(torch, model)
 loss_fn = nn.CrossEntropyLoss()
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
 losses = []
-while len(losses) < 50:
+while len(losses) < STEPS:
     for x, y in loader:
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
-        if len(losses) == 50:
+        if len(losses) == STEPS:
             break
 report(losses)

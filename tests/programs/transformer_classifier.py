@@ -1,5 +1,5 @@
 """A 2-layer Transformer encoder classifier over token sequences (mean pooling), Adam."""
-from _backend import framework, load_initial_state, report, save_state
+from _backend import STEPS, framework, load_initial_state, report, save_state
 
 import numpy as np
 
@@ -30,7 +30,7 @@ if __import__("os").environ.get("TB_PROGRAM_SAVE"):
 load_initial_state(torch, model)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 losses = []
-for step in range(50):
+for step in range(STEPS):
     batch = slice((step * 4) % 16, (step * 4) % 16 + 4)
     loss = nn.functional.cross_entropy(model(tokens[batch]), labels[batch])
     optimizer.zero_grad()

@@ -156,11 +156,121 @@ def _cases(tt: Any, torch: Any, np: Any) -> List[Dict[str, Any]]:
     return rows
 
 
+# ---- --training: the programs of tests/programs/ (turbo_torch vs torch), module call, Adam, compile ----
+
+PROGRAMS = [("mlp_quickstart", "MLP quickstart (batch 64, DataLoader, SGD)", 2.0),
+            ("cnn_batchnorm", "CNN + BatchNorm/Dropout", 1.2), ("char_lstm", "char-LSTM", 2.0),
+            ("transformer_classifier", "2-layer Transformer classifier", 1.2),
+            ("linear_regression", "linear regression + ReduceLROnPlateau", None)]
+
+
+def _programs_dir() -> Any:
+    import pathlib
+    here = pathlib.Path(__file__).resolve()
+    for parent in here.parents:  # an editable install runs from the checkout; tests/ is beside python/
+        candidate = parent / "tests" / "programs"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _program_loop_seconds(path: Any, backend: str, threads: int, steps: int) -> float:
+    """One run of the program as a plain script with TB_PROGRAM_STEPS=steps: the seconds of its training
+    loop (timed by tests/programs/_backend.py from load_initial_state to report)."""
+    import json
+    import subprocess
+    import sys
+    env = dict(os.environ, TB_PROGRAM_BACKEND=backend, TB_PROGRAM_THREADS=str(threads), TB_PROGRAM_STEPS=str(steps),
+               TORCHBURN_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    result = subprocess.run([sys.executable, str(path)], cwd=path.parent, env=env, capture_output=True, text=True,
+                            timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"{path.name} under {backend}: {result.stderr.strip()[-500:]}")
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    if len(out["losses"]) != steps:
+        raise RuntimeError(f"{path.name} ran {len(out['losses'])} steps, not {steps}")
+    return out["loop_seconds"]
+
+
+def _program_steps_per_s(path: Any, backend: str, threads: int, steps: int) -> float:
+    """Steady-state steps/s: (steps - 10) / (loop seconds of steps - loop seconds of 10 steps), so the
+    first steps' one-time costs (lazy initialisation, allocator warm-up) cancel out."""
+    long = _program_loop_seconds(path, backend, threads, steps)
+    short = _program_loop_seconds(path, backend, threads, 10)
+    return (steps - 10) / max(long - short, 1e-9)
+
+
+def _compile_row(tt: Any, seconds: float) -> tuple:
+    nn = tt.nn
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10)).eval()
+    compiled = tt.compile(model)
+    x = tt.randn(64, 1, 28, 28)
+    with tt.no_grad():
+        eager = _per_call(lambda: model(x), seconds)
+        fast = _per_call(lambda: compiled(x), seconds)
+    if compiled.last_reason is not None or tt.compiler.stats()["replays"] == 0:
+        raise RuntimeError(f"the compiled MLP did not replay: {compiled.last_reason}")
+    return eager, fast
+
+
+def training(seconds: float, runs: int, only: Optional[List[str]], steps: int) -> int:
+    import numpy as np
+    import torchburn
+    import turbo_torch as tt
+    import torch
+    info = torchburn.cpu_info()
+    print(f"CPU: {info['brand']} ({info['vendor']}), ISA {info['isa']}, {os.cpu_count()} logical CPUs; "
+          f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}")
+    print(f"programs: tests/programs/*.py as plain scripts (one process per run); steady-state steps/s = "
+          f"{steps - 10} / (loop seconds of {steps} steps - loop seconds of 10 steps), median of {runs} runs")
+    print()
+    print("| workload | threads | turbo_torch | torch eager | ratio | target |")
+    print("|---|---|---|---|---|---|")
+    directory = _programs_dir()
+    for name, label, target in PROGRAMS:
+        if only and name not in only:
+            continue
+        if directory is None:
+            print(f"| {label} | - | tests/programs not found (run from a checkout) | | | |")
+            continue
+        for threads in (1, 2):
+            ours = statistics.median(_program_steps_per_s(directory / f"{name}.py", "turbo", threads, steps)
+                                     for _ in range(runs))
+            theirs = statistics.median(_program_steps_per_s(directory / f"{name}.py", "torch", threads, steps)
+                                       for _ in range(runs))
+            goal = f">= {target}x" if target else "-"
+            print(f"| {label} | {threads} | {ours:.1f} steps/s | {theirs:.1f} steps/s | {ours / theirs:.2f}x "
+                  f"| {goal} |", flush=True)
+    torchburn.set_num_threads(1)
+    torch.set_num_threads(1)
+    for case in _cases(tt, torch, np):
+        if case["name"].startswith(("Linear(64, 64)", "Adam step")):
+            ours = _per_call(case["build"](tt), seconds)
+            theirs = _per_call(case["build"](torch), seconds)
+            goal = ">= 4x" if case["name"].startswith("Linear") else "-"
+            print(f"| {case['name']} | 1 | {ours * 1e6:.2f} µs | {theirs * 1e6:.2f} µs | {theirs / ours:.2f}x "
+                  f"| {goal} |", flush=True)
+    eager, fast = _compile_row(tt, seconds)
+    print(f"| turbo_torch.compile MLP forward (batch 64, no_grad) vs eager turbo_torch | 1 | {fast * 1e6:.1f} µs | "
+          f"{eager * 1e6:.1f} µs (eager turbo) | {eager / fast:.2f}x | >= 1.5x |")
+    print()
+    print("ratio: torch's time / turbo_torch's (programs: turbo steps/s / torch steps/s); above 1: turbo_torch faster")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchburn.bench eager",
                                      description="Per-call time of turbo_torch vs PyTorch eager and NumPy.")
     parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement (default 0.5)")
+    parser.add_argument("--training", action="store_true",
+                        help="training steps/s of tests/programs/ at 1 and 2 threads, module call, Adam, compile")
+    parser.add_argument("--runs", type=int, default=3, help="--training: runs per program (median; default 3)")
+    parser.add_argument("--steps", type=int, default=210, help="--training: steps of the long run (default 210)")
+    parser.add_argument("--programs", nargs="*", help="--training: only these programs (e.g. mlp_quickstart)")
     args = parser.parse_args(argv)
+    if args.training:
+        return training(args.seconds, args.runs, args.programs, args.steps)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import numpy as np
     import torchburn
