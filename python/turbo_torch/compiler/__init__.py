@@ -150,7 +150,7 @@ def _binary(name: str, reverse: bool = False) -> Callable:
                                                    "scalar": float(a)}, out)
         else:
             raise _Abort(f"{name} of {type(a).__name__} and {type(b).__name__}")
-        if a is not None and out.dtype != (a.dtype if isinstance(a, _tt.Tensor) else b.dtype):
+        if out.dtype != (a.dtype if isinstance(a, _tt.Tensor) else b.dtype):
             raise _Abort(f"{name}: dtype promotion")
     return lower
 
@@ -160,7 +160,7 @@ def _linear_nodes(r: _Recorder, out: Any, x: Any, weight: Any, bias: Any) -> Non
         raise _Abort("linear: only float32 with a 2-d weight")
     xv = r.value(x)
     if x.ndim != 2:
-        xv = r.view(xv, [-1 if False else _numel(x.shape[:-1]), x.shape[-1]])
+        xv = r.view(xv, [_numel(x.shape[:-1]), x.shape[-1]])
     wt = r.graph.node("permute", [r.value(weight)], {"ndim": 2, "dims": [1, 0]})
     inputs = [xv, wt] + ([r.value(bias)] if bias is not None else [])
     value = r.graph.node("matmul", inputs, {"has_bias": int(bias is not None)})
