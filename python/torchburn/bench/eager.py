@@ -259,7 +259,8 @@ def training(seconds: float, runs: int, only: Optional[List[str]], steps: int) -
     print(f"| turbo_torch.compile MLP forward (batch 64, no_grad) vs eager turbo_torch | 1 | {fast * 1e6:.1f} µs | "
           f"{eager * 1e6:.1f} µs (eager turbo) | {eager / fast:.2f}x | >= 1.5x |")
     eager, fast = _compile_row(tt, seconds, small=True)
-    print(f"| turbo_torch.compile 4 x (Linear(64,64) + GELU), batch 1, vs eager turbo_torch | 1 | {fast * 1e6:.2f} µs | "
+    print(f"| turbo_torch.compile 4 x (Linear(64,64) + GELU), batch 1, vs eager turbo_torch | 1 | "
+          f"{fast * 1e6:.2f} µs | "
           f"{eager * 1e6:.2f} µs (eager turbo) | {eager / fast:.2f}x | - |")
     print()
     print("ratio: torch's time / turbo_torch's (programs: turbo steps/s / torch steps/s); above 1: turbo_torch faster")

@@ -208,7 +208,8 @@ def _layer_norm_nodes(r: _Recorder, out: Any, x: Any, normalized_shape: Any, wei
     if x.dtype != _tt.float32:
         raise _Abort("layer_norm: float32 only")
     inputs = [r.value(x)] + [r.value(t) for t in (weight, bias) if t is not None]
-    r.node("layer_norm", inputs, {"normalized_ndim": len(tuple(normalized_shape)), "has_weight": int(weight is not None),
+    r.node("layer_norm", inputs, {"normalized_ndim": len(tuple(normalized_shape)),
+                                  "has_weight": int(weight is not None),
                                   "has_bias": int(bias is not None), "epilogue": 0, "eps": float(eps)}, out)
 
 
