@@ -22,6 +22,7 @@ on and an input or parameter requires grad the call runs eagerly (forward-only c
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable, Optional
 
 import turbo_torch as _tt
@@ -376,7 +377,7 @@ class _Patched:
 
 # ---- compiled callables ----------------------------------------------------------------------
 
-_registry: "list" = []
+_registry: "weakref.WeakSet" = weakref.WeakSet()  # for reset(); does not keep compiled objects alive
 
 
 class _Entry:
@@ -407,7 +408,7 @@ class CompiledFunction:
         self._fullgraph = fullgraph
         self._cache: dict = {}
         self.last_reason: Optional[str] = None
-        _registry.append(self)
+        _registry.add(self)
 
     def _params(self) -> list:
         out = []
