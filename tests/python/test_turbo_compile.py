@@ -204,6 +204,17 @@ def test_uncaptured_ops_and_inplace_refuse_capture():
     assert cf.last_reason and ch.last_reason
 
 
+def test_forward_hooks_keep_running_eager():
+    ours, _ = _pair(_mlp)
+    seen = []
+    ours.flatten.register_forward_hook(lambda module, inputs, output: seen.append(1))
+    compiled = tt.compile(ours)
+    with tt.no_grad():
+        for _ in range(3):
+            compiled(tt.randn(2, 1, 28, 28))
+    assert len(seen) == 3 and "hooks" in compiled.last_reason
+
+
 def test_grad_mode_runs_eager_with_correct_grads():
     ours, ref = _pair(_mlp)
     compiled = tt.compile(ours)

@@ -15,7 +15,8 @@ Capture is refused, and that signature then runs eagerly for good (counted in st
 - a tensor is converted to a Python value while recording (item, tolist, bool, float, int, index,
   numpy, printing, equal/allclose): data-dependent control flow must never be replayed;
 - a tensor known to the capture was modified in place;
-- the result is not a tensor or a tuple/list of tensors.
+- the result is not a tensor or a tuple/list of tensors;
+- a module has forward or pre-forward hooks (a replay would not run them).
 Signature = shapes, dtypes and requires_grad of the tensor arguments, the other arguments (by
 value), grad mode, and the module's training flag. A new signature captures again. When grad mode is
 on and an input or parameter requires grad the call runs eagerly (forward-only capture)."""
@@ -453,16 +454,17 @@ class CompiledFunction:
 
     def _capture(self, key: tuple, args: tuple, kwargs: dict) -> Any:
         r = _Recorder()
-        watched = []
+        if self._module is not None and any(getattr(sub, "_forward_hooks", None) or
+                                            getattr(sub, "_forward_pre_hooks", None)
+                                            for sub in self._module.modules()):
+            r.reason = "the module has forward hooks (a replay would skip them)"
         for i, a in enumerate(args):
             if isinstance(a, _tt.Tensor):
                 r.add_input(a, ("arg", i))
-                watched.append((a, a._version))
         for t, source in self._params():
             r.add_input(t, source)
-            watched.append((t, t._version))
         with _Patched():
-            _state.recorder = r
+            _state.recorder = r if r.reason is None else None
             try:
                 result = self._fn(*args, **kwargs)
             finally:
