@@ -11,6 +11,7 @@
  * Limits: one buffer per tensor, so a tensor must fit maxStorageBufferRange (the error says which one
  * does not; splitting is not implemented); the KV cache is f32 (kv_f16 is refused); sessions on the
  * GPU cannot copy prefixes between each other (the batch server's prefix reuse). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,12 @@ struct tb_llm_gpu_session {
 static tb_status upload_new(const tb_engine *engine, const void *data, size_t bytes, const char *what,
                             tb_engine_buffer **out) {
     *out = NULL;
+    tb_engine_device_info info;
+    engine->device_info(&info);
+    if (info.max_storage_buffer_range && bytes > info.max_storage_buffer_range)
+        return tb_error_set(TB_ERR_UNSUPPORTED, "llm gpu: %s takes %zu bytes, more than the device's maxStorageBufferRange "
+                            "(%llu bytes); splitting tensors is not implemented (a smaller quant format may fit)",
+                            what, bytes, (unsigned long long)info.max_storage_buffer_range);
     tb_status status = engine->buffer_alloc(bytes, out);
     if (status == TB_OK)
         status = engine->buffer_upload(*out, 0, data, bytes);
@@ -128,7 +135,7 @@ tb_status tb_llm_gpu_model_new(const tb_llm_model *m, const tb_engine *engine, t
         const llm_layer *src = &m->layers[l];
         gpu_layer *dst = &g->layers[l];
         char what[64];
-        snprintf(what, sizeof what, "layers.%lld", (long long)l);
+        snprintf(what, sizeof what, "layers.%lld (norms, qkv, o, gate_up or down)", (long long)l);
         dst->window = src->window;
         status = upload_new(engine, src->attn_norm, (size_t)c * sizeof(float), what, &dst->attn_norm);
         if (status == TB_OK)
