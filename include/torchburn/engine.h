@@ -33,6 +33,18 @@ typedef enum tb_engine_op_kind {
     TB_ENGINE_OP_SOFTMAX,     /* over each row of a[R,L]; log_softmax when `log` */
     TB_ENGINE_OP_RMS_NORM,    /* y = a * rsqrt(mean(a^2) + eps) * weight(b)[L] (b optional) */
     TB_ENGINE_OP_LAYER_NORM,  /* y = (a - mean) * rsqrt(var + eps) * weight(b)[L] + bias(c)[L] (b, c optional) */
+    /* The LLM forward's ops (src/llm/llm_gpu.c; only GPU engines take them). Fields in op->llm. */
+    TB_ENGINE_OP_QMATMUL,     /* y[M,N] = a[M,K] @ dequant(W[N,K]).T + bias(c)[N]; b = the quantized rows
+                               * (torchburn/quant.h layout: int8[N,K], or uint8[N,K/2] nibbles q + 8 with
+                               * element 2j in the low nibble), d = the f32 scales ([N] or [N, K/G]);
+                               * code = 8 or 4, llm.group = G (int4) */
+    TB_ENGINE_OP_LLM_ROPE,    /* for T rows of y = qkv[T, (Hq + 2 Hkv) D]: per-head RMSNorm of q and k by
+                               * d = [q_norm D | k_norm D] (optional), rotate-half RoPE with a = [T][cos D/2,
+                               * sin D/2], then k and v stored at positions pos0 + t of b = keys and
+                               * c = values, both [Hkv][capacity][D] */
+    TB_ENGINE_OP_LLM_ATTENTION, /* y[T, Hq D] = causal GQA softmax(q k / sqrt(D)) v for q in a = qkv (rows
+                               * of llm.stride), keys b, values c as above, over positions [lo, pos] */
+    TB_ENGINE_OP_SILU_MUL,    /* a[R, 2L] -> y[R, L]: silu(gate) * up with gate = a[r, :L], up = a[r, L:] */
     TB_ENGINE_OP_COUNT
 } tb_engine_op_kind;
 
@@ -49,7 +61,14 @@ typedef struct tb_engine_op {
     bool trans_b, log;
     float eps;        /* norms */
     float alpha, lo, hi; /* unary: leaky_relu slope, clamp bounds */
+    struct {
+        int64_t group;                   /* qmatmul int4 group size */
+        int64_t heads, kv_heads, head_dim; /* rope, attention */
+        int64_t tokens, pos0, capacity;  /* T rows at positions pos0 + t; cache positions per kv head */
+        int64_t window, stride;          /* sliding window (0: full); floats per qkv row */
+    } llm;
     tb_engine_buffer *a, *b, *c; /* inputs; NULL when absent (b: weight / matmul B, c: bias) */
+    tb_engine_buffer *d;         /* fourth input of the LLM ops (scales, norm weights); NULL otherwise */
     tb_engine_buffer *y;         /* output; may equal a for unary, binary and row ops (in place) */
 } tb_engine_op;
 

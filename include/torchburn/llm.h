@@ -89,6 +89,13 @@ typedef struct tb_llm_model_info {
 
 TB_API void tb_llm_model_get_info(const tb_llm_model *model, tb_llm_model_info *out);
 
+/* Uploads every weight once to a GPU engine ("vulkan"; idempotent) so that sessions created afterwards
+ * run their forward there (src/llm/llm_gpu.c). Create no sessions before calling it. Errors: an
+ * unknown or CPU engine (TB_ERR_INVALID_ARGUMENT), no device (TB_ERR_UNSUPPORTED), a tensor larger
+ * than the device's buffer limit, out of device memory. */
+TB_API TB_NODISCARD tb_status tb_llm_model_to_engine(tb_llm_model *model, const char *engine_name);
+TB_API bool tb_llm_model_on_gpu(const tb_llm_model *model);
+
 /* ---- sessions: KV cache and forward pass ---- */
 
 /* A session holding up to `max_seq_len` positions (1 <= max_seq_len <= max_position_embeddings is not

@@ -29,7 +29,7 @@ static void fill_info(tb_engine_device_info *out, const char *isa) {
 static void native_info(tb_engine_device_info *out) { fill_info(out, tb_isa_name(tb_isa_active())); }
 static void reference_info(tb_engine_device_info *out) { fill_info(out, "scalar"); }
 
-static bool cpu_supports(const tb_engine_op *op) { return (unsigned)op->kind < TB_ENGINE_OP_COUNT; }
+static bool cpu_supports(const tb_engine_op *op) { return (unsigned)op->kind < TB_ENGINE_OP_CPU_KINDS; }
 
 static tb_status cpu_alloc(const tb_engine *engine, size_t bytes, tb_engine_buffer **out) {
     *out = NULL;

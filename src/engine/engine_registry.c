@@ -33,7 +33,9 @@ const tb_engine *tb_engine_find(const char *name) {
 }
 
 const char *tb_engine_op_kind_name(tb_engine_op_kind kind) {
-    static const char *const names[TB_ENGINE_OP_COUNT] = {"unary", "binary", "matmul", "softmax", "rms_norm", "layer_norm"};
+    static const char *const names[TB_ENGINE_OP_COUNT] = {"unary",   "binary",         "matmul",        "softmax",
+                                                                  "rms_norm", "layer_norm",   "qmatmul",       "llm_rope",
+                                                                  "llm_attention", "silu_mul"};
     return (unsigned)kind < TB_ENGINE_OP_COUNT ? names[kind] : "invalid";
 }
 
@@ -179,9 +181,82 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         *b_bytes = op->b ? (size_t)op->len * f : 0;
         *c_bytes = op->c ? (size_t)op->len * f : 0;
         break;
+    case TB_ENGINE_OP_QMATMUL:
+        *a_bytes = (size_t)(op->m * op->k) * f;
+        *b_bytes = (size_t)(op->code == 4 ? op->n * (op->k / 2) : op->n * op->k);
+        *c_bytes = op->c ? (size_t)op->n * f : 0;
+        *y_bytes = (size_t)(op->m * op->n) * f;
+        break;
+    case TB_ENGINE_OP_LLM_ROPE:
+    case TB_ENGINE_OP_LLM_ATTENTION: {
+        const size_t cache = (size_t)(op->llm.kv_heads * op->llm.capacity * op->llm.head_dim) * f;
+        const size_t qkv = (size_t)(op->llm.tokens * op->llm.stride) * f;
+        *b_bytes = *c_bytes = cache;
+        if (op->kind == TB_ENGINE_OP_LLM_ROPE) {
+            *a_bytes = (size_t)(op->llm.tokens * op->llm.head_dim) * f;
+            *y_bytes = qkv;
+        } else {
+            *a_bytes = qkv;
+            *y_bytes = (size_t)(op->llm.tokens * op->llm.heads * op->llm.head_dim) * f;
+        }
+        break;
+    }
+    case TB_ENGINE_OP_SILU_MUL:
+        *a_bytes = (size_t)(op->rows * 2 * op->len) * f;
+        *y_bytes = (size_t)(op->rows * op->len) * f;
+        break;
     default:
         break;
     }
+}
+
+size_t tb_engine_op_d_extent(const tb_engine_op *op) {
+    if (op->kind == TB_ENGINE_OP_QMATMUL)
+        return (size_t)(op->code == 4 && op->llm.group > 0 ? op->n * (op->k / op->llm.group) : op->n) * sizeof(float);
+    if (op->kind == TB_ENGINE_OP_LLM_ROPE && op->d)
+        return (size_t)(2 * op->llm.head_dim) * sizeof(float);
+    return 0;
+}
+
+/* The LLM ops' shape rules (sizes below 2^31 so the shaders' 32-bit indices hold). */
+static tb_status validate_llm(const tb_engine_op *op) {
+    const int64_t limit = (int64_t)1 << 31;
+    const char *kind = tb_engine_op_kind_name(op->kind);
+    if (op->kind == TB_ENGINE_OP_QMATMUL) {
+        if (op->code != 8 && op->code != 4)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "qmatmul op: code must be 8 (int8) or 4 (int4), got %d", op->code);
+        if (op->m < 0 || op->n < 0 || op->k < 1 || op->m * op->k >= limit || op->n * op->k >= limit ||
+            op->m * op->n >= limit || (op->code == 4 && (op->llm.group < 2 || op->llm.group % 2 || op->k % op->llm.group)))
+            return tb_error_set(TB_ERR_SHAPE, "qmatmul op: M=%lld N=%lld K=%lld group=%lld are out of range",
+                                (long long)op->m, (long long)op->n, (long long)op->k, (long long)op->llm.group);
+        if (op->y == op->a || op->y == op->b || op->y == op->d || (op->c && op->y == op->c))
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "qmatmul op: the output must not alias an input");
+        if (!op->d)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "qmatmul op: operand d (scales) is missing");
+        return TB_OK;
+    }
+    if (op->kind == TB_ENGINE_OP_SILU_MUL) {
+        if (op->rows < 0 || op->len < 1 || op->rows * op->len >= limit)
+            return tb_error_set(TB_ERR_SHAPE, "silu_mul op: rows=%lld len=%lld", (long long)op->rows, (long long)op->len);
+        if (op->y == op->a)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "silu_mul op: the output must not alias the input");
+        return TB_OK;
+    }
+    const int64_t hq = op->llm.heads, hkv = op->llm.kv_heads, d = op->llm.head_dim;
+    if (hq < 1 || hkv < 1 || hq % hkv || d < 2 || d % 2 || d > 512 || op->llm.stride != (hq + 2 * hkv) * d ||
+        op->llm.tokens < 0 || op->llm.pos0 < 0 || op->llm.window < 0 || op->llm.capacity < op->llm.pos0 + op->llm.tokens ||
+        op->llm.capacity * hkv * d >= limit || op->llm.tokens * op->llm.stride >= limit)
+        return tb_error_set(TB_ERR_SHAPE, "%s op: heads=%lld kv_heads=%lld head_dim=%lld stride=%lld tokens=%lld pos0=%lld "
+                            "capacity=%lld do not fit (head_dim even and <= 512, stride (heads + 2 kv_heads) head_dim)",
+                            kind, (long long)hq, (long long)hkv, (long long)d, (long long)op->llm.stride,
+                            (long long)op->llm.tokens, (long long)op->llm.pos0, (long long)op->llm.capacity);
+    if (!op->b || !op->c)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: the key and value caches (b, c) are required", kind);
+    if (op->y == op->b || op->y == op->c || op->y == op->a)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: the output must not alias an input", kind);
+    if (op->kind == TB_ENGINE_OP_LLM_ROPE && !(op->eps >= 0.0f))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm_rope op: eps must be >= 0");
+    return TB_OK;
 }
 
 static tb_status check_buffer(const tb_engine *engine, const tb_engine_op *op, const char *role,
@@ -235,6 +310,12 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
         if (op->kind != TB_ENGINE_OP_SOFTMAX && !(op->eps >= 0.0f))
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: eps must be >= 0", kind);
         break;
+    case TB_ENGINE_OP_QMATMUL:
+    case TB_ENGINE_OP_LLM_ROPE:
+    case TB_ENGINE_OP_LLM_ATTENTION:
+    case TB_ENGINE_OP_SILU_MUL:
+        TB_TRY(validate_llm(op));
+        break;
     default:
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "engine op: unknown kind %d", (int)op->kind);
     }
@@ -242,10 +323,12 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
     tb_engine_op_extents(op, &a_bytes, &b_bytes, &c_bytes, &y_bytes);
     TB_TRY(check_buffer(engine, op, "a", op->a, a_bytes));
     TB_TRY(check_buffer(engine, op, "y", op->y, y_bytes));
-    if (op->kind == TB_ENGINE_OP_BINARY || op->kind == TB_ENGINE_OP_MATMUL || op->b)
+    if (op->kind == TB_ENGINE_OP_BINARY || op->kind == TB_ENGINE_OP_MATMUL || op->kind == TB_ENGINE_OP_QMATMUL || op->b)
         TB_TRY(check_buffer(engine, op, "b", op->b, b_bytes));
     if (op->c)
         TB_TRY(check_buffer(engine, op, "c", op->c, c_bytes));
+    if (op->d)
+        TB_TRY(check_buffer(engine, op, "d", op->d, tb_engine_op_d_extent(op)));
     if (op->b && op->y == op->b && op->kind != TB_ENGINE_OP_BINARY)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: the output must not alias the weight", kind);
     if (op->kind == TB_ENGINE_OP_BINARY && op->y == op->b && op->b_len != op->n)

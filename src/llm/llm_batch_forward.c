@@ -158,6 +158,11 @@ tb_status tb_llm_forward_step(tb_llm_step_scratch *scratch, tb_llm_session *cons
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: a step runs 1 to %d sequences, got %lld",
                             MAX_STEP_ROWS, (long long)count);
     const tb_llm_model *m = tb_llm_session_model(sessions[0]);
+    if (m->gpu) /* GPU models (llm_gpu.c): the sequences' steps one after another on the device */
+        for (int64_t i = 0; i < count; i++)
+            TB_TRY(tb_llm_forward(sessions[i], &tokens[i], 1, logits + i * m->vocab, false));
+    if (m->gpu)
+        return TB_OK;
     int64_t positions[MAX_STEP_ROWS];
     for (int64_t i = 0; i < count; i++) {
         if (tb_llm_session_model(sessions[i]) != m)

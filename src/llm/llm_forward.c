@@ -38,6 +38,7 @@ struct tb_llm_session {
     float *proj; /* [T, C] */
     float *mlp;  /* [T, 2 I] */
     float *cos_table, *sin_table; /* [T, D / 2] */
+    tb_llm_gpu_session *gpu; /* the model's weights are on a GPU engine: the forward runs there (llm_gpu.c) */
 };
 
 static int64_t kv_elem(const tb_llm_session *s) { return s->kv_f16 ? 2 : 4; }
@@ -61,6 +62,13 @@ tb_status tb_llm_session_new(const tb_llm_model *model, int64_t max_seq_len, boo
         tb_llm_session_free(s);
         return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm: out of memory");
     }
+    if (model->gpu) {
+        tb_status status = tb_llm_gpu_session_new(model, kv_f16, &s->gpu);
+        if (status != TB_OK) {
+            tb_llm_session_free(s);
+            return status;
+        }
+    }
     *out = s;
     return TB_OK;
 }
@@ -76,6 +84,7 @@ void tb_llm_session_free(tb_llm_session *s) {
     free(s->values);
     tb_free(s->tokens);
     tb_free(s->scratch);
+    tb_llm_gpu_session_free(s->gpu);
     free(s);
 }
 
@@ -103,7 +112,7 @@ void tb_llm_session_commit(tb_llm_session *s, const int32_t *tokens, int64_t cou
 
 tb_status tb_llm_session_copy_prefix(tb_llm_session *dst, const tb_llm_session *src, int64_t length) {
     if (dst == src || dst->model != src->model || dst->kv_f16 != src->kv_f16 || length < 0 || length > src->length ||
-        length > dst->max_seq_len)
+        length > dst->max_seq_len || dst->gpu || src->gpu)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: cannot copy %lld cached positions between these sessions",
                             (long long)length);
     dst->length = 0;
@@ -138,7 +147,7 @@ tb_status tb_llm_session_reserve(tb_llm_session *s, int64_t needed) {
     capacity = capacity > needed ? capacity : needed;
     capacity = capacity < s->max_seq_len ? capacity : s->max_seq_len;
     capacity = (capacity + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK;
-    const int64_t layers = m->n_layers, row_bytes = m->head_dim * kv_elem(s);
+    const int64_t layers = s->gpu ? 0 : m->n_layers, row_bytes = m->head_dim * kv_elem(s); /* GPU: tokens only */
     const size_t layer_bytes = (size_t)(m->n_kv_heads * capacity * row_bytes);
     void **fresh = calloc((size_t)(2 * layers), sizeof *fresh);
     int32_t *tokens = NULL;
@@ -411,6 +420,11 @@ tb_status tb_llm_forward(tb_llm_session *s, const int32_t *tokens, int64_t count
                             "llm: %lld cached + %lld new positions exceed the context of %lld (max_seq_len)",
                             (long long)s->length, (long long)count, (long long)s->max_seq_len);
     TB_TRY(tb_llm_session_reserve(s, s->length + count));
+    if (s->gpu) { /* device dispatch: the cache lives on the GPU */
+        TB_TRY(tb_llm_gpu_forward(s->gpu, s->length, s->max_seq_len, tokens, count, logits, all_logits));
+        tb_llm_session_commit(s, tokens, count);
+        return TB_OK;
+    }
     TB_TRY(ensure_scratch(s, count < PREFILL_CHUNK ? count : PREFILL_CHUNK));
     const tb_llm_kernels *kernels = tb_llm_kernels_active();
     const tb_llm_qkernels *qkernels = m->exact_activations ? NULL : tb_llm_qkernels_active();

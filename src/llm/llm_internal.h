@@ -172,6 +172,7 @@ struct tb_llm_model {
     llm_buffer *buffers;
     int64_t buffer_count, buffer_capacity;
     tb_llm_model_info info;
+    struct tb_llm_gpu_model *gpu; /* weights resident on a GPU engine (llm_gpu.c), or NULL */
 };
 
 /* Every weight of a model, named as in the quantized cache ("layers.3.qkv", "final_norm"): a matrix
@@ -245,5 +246,18 @@ void tb_llm_thread_scratch_track(void **buffer);
 
 /* Row `token` of the embedding as f32 (dequantized when quantized). */
 tb_status tb_llm_embed_row(const tb_llm_model *model, int32_t token, float *out);
+
+/* ---- the forward on a GPU engine (llm_gpu.c) ---- */
+
+typedef struct tb_llm_gpu_model tb_llm_gpu_model;
+typedef struct tb_llm_gpu_session tb_llm_gpu_session;
+struct tb_engine;
+tb_status tb_llm_gpu_model_new(const tb_llm_model *model, const struct tb_engine *engine, tb_llm_gpu_model **out);
+void tb_llm_gpu_model_free(tb_llm_gpu_model *gpu);
+tb_status tb_llm_gpu_session_new(const tb_llm_model *model, bool kv_f16, tb_llm_gpu_session **out);
+void tb_llm_gpu_session_free(tb_llm_gpu_session *session);
+/* Runs `count` tokens after the `length` cached positions (checked by the caller) on the device. */
+tb_status tb_llm_gpu_forward(tb_llm_gpu_session *session, int64_t length, int64_t max_seq_len, const int32_t *tokens,
+                             int64_t count, float *logits, bool all_logits);
 
 #endif

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "llm/llm_internal.h"
+#include "torchburn/engine.h"
 #include "torchburn/alloc.h"
 #include "torchburn/dtype.h"
 #include "torchburn/tensor.h"
@@ -509,6 +510,7 @@ tb_status tb_llm_model_load(const char *model_dir, const tb_llm_load_options *op
 void tb_llm_model_free(tb_llm_model *model) {
     if (!model)
         return;
+    tb_llm_gpu_model_free(model->gpu);
     for (int64_t i = 0; i < model->buffer_count; i++)
         tb_free(model->buffers[i].data);
     free(model->buffers);
@@ -522,6 +524,18 @@ void tb_llm_model_free(tb_llm_model *model) {
 const tb_hf_config *tb_llm_model_config(const tb_llm_model *model) { return &model->config; }
 
 void tb_llm_model_get_info(const tb_llm_model *model, tb_llm_model_info *out) { *out = model->info; }
+
+tb_status tb_llm_model_to_engine(tb_llm_model *model, const char *engine_name) {
+    const tb_engine *engine = tb_engine_find(engine_name ? engine_name : "");
+    if (!engine || engine == &tb_engine_native_cpu || engine == &tb_engine_reference)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: the forward runs on the CPU or on 'vulkan', not on engine '%s'",
+                            engine_name ? engine_name : "(null)");
+    if (model->gpu)
+        return TB_OK;
+    return tb_llm_gpu_model_new(model, engine, &model->gpu);
+}
+
+bool tb_llm_model_on_gpu(const tb_llm_model *model) { return model->gpu != NULL; }
 
 tb_status tb_llm_embed_row(const tb_llm_model *model, int32_t token, float *out) {
     const llm_matrix *e = &model->embed;

@@ -282,7 +282,27 @@ static PyObject *model_get_config(py_llm_model *self, void *closure) {
                          "generation", generation);
 }
 
+static PyObject *model_to_engine(py_llm_model *self, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_llm_model_to_engine(self->model, name);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    Py_RETURN_NONE;
+}
+
+static PyObject *model_get_on_gpu(py_llm_model *self, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(tb_llm_model_on_gpu(self->model));
+}
+
 static PyMethodDef model_methods[] = {
+    {"to_engine", (PyCFunction)model_to_engine, METH_O,
+     "to_engine(name): upload the weights once to a GPU engine ('vulkan'); later sessions run there"},
     {"load", (PyCFunction)(void (*)(void))model_load, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "load(path, quant='int4', group_size=64, cache_path=None, cache_key='', progress=None, "
      "exact_activations=False) -> _LLMModel"},
@@ -292,6 +312,7 @@ static PyMethodDef model_methods[] = {
 static PyGetSetDef model_getset[] = {
     {"info", (getter)model_get_info, NULL, "run format, sizes and quantized-cache state", NULL},
     {"config", (getter)model_get_config, NULL, "the parsed config.json and generation defaults", NULL},
+    {"on_gpu", (getter)model_get_on_gpu, NULL, "whether the forward runs on a GPU engine", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

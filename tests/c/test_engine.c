@@ -108,6 +108,19 @@ static void test_validation(void) {
     TB_CHECK(e->run(&op, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "eps"));
     op = (tb_engine_op){.kind = TB_ENGINE_OP_COUNT, .a = large, .y = large};
     TB_CHECK(e->run(&op, 1) == TB_ERR_INVALID_ARGUMENT);
+    /* the LLM ops: shape rules, then the CPU engines refuse them (GPU-only) */
+    op = (tb_engine_op){.kind = TB_ENGINE_OP_QMATMUL, .code = 5, .m = 1, .n = 2, .k = 4, .a = large, .b = small,
+                        .d = small, .y = other};
+    TB_CHECK(e->run(&op, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "code must be 8"));
+    op.code = 8;
+    op.y = large;
+    op.a = small;
+    TB_CHECK(e->run(&op, 1) == TB_ERR_UNSUPPORTED && strstr(tb_error_message(), "does not run this qmatmul op"));
+    op = (tb_engine_op){.kind = TB_ENGINE_OP_LLM_ATTENTION, .a = large, .b = small, .c = small, .y = other};
+    op.llm.heads = 3;
+    op.llm.kv_heads = 2;
+    op.llm.head_dim = 2;
+    TB_CHECK(e->run(&op, 1) == TB_ERR_SHAPE && strstr(tb_error_message(), "llm_attention op"));
     TB_CHECK(e->buffer_upload(small, 8, values, 12) == TB_ERR_INVALID_ARGUMENT);
     TB_CHECK(e->buffer_download(small, 0, values, 20) == TB_ERR_INVALID_ARGUMENT);
     e->buffer_free(small);

@@ -6,6 +6,12 @@ once and `repeat + 1` times in one batch and taking the difference per extra op 
 one submission, so this is dispatch + kernel time). Pipelines are built on first use, so every
 configuration is warmed up before it is timed.
 
+Then the LLM forward on each device (`LLM.from_pretrained(device="gpu")` against device="cpu" with
+exact_activations=True, the product the GPU computes): prefill and decode tokens per second, medians
+of --samples runs, for the model in --llm-model (e.g. tools/make_bench_model.py's Qwen2.5-0.5B-shaped
+one) or, by default, a small random Qwen2-shaped model written to a temporary folder (needs
+transformers). --no-llm skips these rows.
+
 On a CPU-type Vulkan device (Mesa's lavapipe, used with --allow-cpu or TORCHBURN_VULKAN_ALLOW_CPU=1)
 the numbers only show that the engine runs; they say nothing about GPU speed.
 """
@@ -62,12 +68,60 @@ def op_time(engine: str, op: dict, arrays: list, repeat: int, samples: int) -> f
     return max(diffs[len(diffs) // 2] / repeat, 0.0)
 
 
+def _small_model(folder) -> None:
+    """A random Qwen2-shaped model (hidden 256, 4 layers, 8 heads / 2 kv heads, vocab 2048) with a
+    byte-level tokenizer, enough to time the forward without a download."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=2048, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                                      tie_word_embeddings=True)
+    transformers.Qwen2ForCausalLM(config).eval().save_pretrained(folder)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 10, trainer)
+    tok.save(str(folder / "tokenizer.json"))
+
+
+def llm_rows(model_dir, quants, prompt: int, new_tokens: int, samples: int) -> list[list[str]]:
+    """[quant, device, prefill tok/s, decode tok/s, submits per decoded token] per quant and device."""
+    from torchburn import LLM, gpu
+
+    rows = []
+    ids = [int(t) for t in np.random.default_rng(0).integers(10, 250, size=prompt)]
+    for quant in quants:
+        for device in ("gpu", "cpu"):
+            llm = LLM.from_pretrained(model_dir, quant=quant, device=device, exact_activations=True, quiet=True)
+            llm.generate_tokens(ids[:8], max_tokens=2, temperature=0.0, stop_token_ids=[])  # warm-up (pipelines)
+            prefill, decode = [], []
+            submits = gpu.gpu_info()["submits"]
+            for _ in range(samples):
+                llm.generate_tokens(ids, max_tokens=new_tokens, temperature=0.0, stop_token_ids=[])
+                prefill.append(llm.last_stats["prefill_tok_s"])
+                decode.append(llm.last_stats["decode_tok_s"])
+            per_token = (gpu.gpu_info()["submits"] - submits) / (samples * new_tokens)
+            rows.append([quant, device, f"{np.median(prefill):.1f}", f"{np.median(decode):.1f}",
+                         f"{per_token:.2f}" if device == "gpu" else "-"])
+            del llm
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchburn.bench gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--allow-cpu", action="store_true",
                         help="use a CPU-type Vulkan device (lavapipe) when no GPU exists")
     parser.add_argument("--repeat", type=int, default=10, help="ops per timed batch (default 10)")
     parser.add_argument("--samples", type=int, default=5, help="timed batches per kernel (median; default 5)")
+    parser.add_argument("--llm-model", default=None, help="model folder for the LLM rows (default: a small random one)")
+    parser.add_argument("--llm-quants", default="none,int8,int4", help="weight formats of the LLM rows")
+    parser.add_argument("--prompt", type=int, default=64, help="LLM prompt tokens (default 64)")
+    parser.add_argument("--new-tokens", type=int, default=16, help="LLM decoded tokens per run (default 16)")
+    parser.add_argument("--no-llm", action="store_true", help="skip the LLM rows")
     args = parser.parse_args(argv)
     if args.allow_cpu:
         os.environ["TORCHBURN_VULKAN_ALLOW_CPU"] = "1"
@@ -96,4 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     print_table(["kernel", "vulkan", "native_cpu", "native_cpu / vulkan"], rows)
     print(f"submissions so far: {gpu.gpu_info()['submits']} (one per batch); engine in use for the front doors: "
           f"{torchburn.active_engine()}")
+    if args.no_llm:
+        return 0
+    import pathlib
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = args.llm_model
+        if model_dir is None:
+            model_dir = pathlib.Path(scratch) / "qwen2-small-random"
+            _small_model(model_dir)
+        os.environ.setdefault("TORCHBURN_CACHE_DIR", str(pathlib.Path(scratch) / "cache"))
+        print(f"\nLLM forward: {model_dir}, prompt {args.prompt} tokens, {args.new_tokens} decoded, median of "
+              f"{args.samples} runs (cpu: exact_activations=True, {torchburn.get_num_threads()} threads)")
+        rows = llm_rows(model_dir, [q for q in args.llm_quants.split(",") if q], args.prompt, args.new_tokens,
+                        args.samples)
+        print_table(["quant", "device", "prefill tok/s", "decode tok/s", "submits / decoded token"], rows)
     return 0

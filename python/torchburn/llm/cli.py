@@ -21,8 +21,8 @@ def _common(parser: argparse.ArgumentParser, max_tokens: int) -> None:
     parser.add_argument("--quant", "-q", default="int4", choices=["int4", "int8", "none"],
                         help="weight format (default: int4; quantized weights are cached)")
     parser.add_argument("--device", "-d", default="auto",
-                        help="auto or cpu (default: auto; TORCHBURN_DEVICE honoured); gpu is refused with the reason "
-                             "until the LLM forward runs on the Vulkan engine")
+                        help="auto, cpu or gpu (default: auto = the Vulkan GPU when one exists, CPU-type devices "
+                             "excluded; TORCHBURN_DEVICE honoured)")
     parser.add_argument("--threads", type=int, default=None, help="kernel threads (default: physical cores)")
     parser.add_argument("--group-size", type=int, default=64, choices=[32, 64, 128, 256], help="int4 group size")
     parser.add_argument("--max-seq-len", type=int, default=None, help="context positions (default: the model's)")

@@ -39,26 +39,28 @@ DEVICES = ("auto", "cpu", "gpu")
 
 
 def _resolve_device(device: str) -> str:
+    """'cpu' or 'gpu' for a device= argument: 'auto' (or TORCHBURN_DEVICE for it) takes a usable
+    Vulkan GPU when one exists, which excludes CPU-type devices such as lavapipe unless
+    TORCHBURN_VULKAN_ALLOW_CPU=1 (tests); 'gpu' demands one and names the reason when there is none."""
     if not isinstance(device, str):
-        raise ValueError(f"device must be a str ('auto' or 'cpu'), not {type(device).__name__}")
+        raise ValueError(f"device must be a str ('auto', 'cpu' or 'gpu'), not {type(device).__name__}")
     requested = device.lower()
     env = os.environ.get("TORCHBURN_DEVICE", "").strip().lower()
     if requested == "auto" and env:
         requested = env
-    if requested in ("auto", "cpu"):
+    if requested == "cpu":
         return "cpu"
-    if requested in ("gpu", "cuda", "wgpu", "igpu", "dgpu", "vulkan", "metal"):
-        from ..gpu import gpu_info
+    from ..gpu import gpu_info
 
+    if requested == "auto":
+        return "gpu" if gpu_info()["available"] else "cpu"
+    if requested in ("gpu", "cuda", "wgpu", "igpu", "dgpu", "vulkan", "metal"):
         source = f"TORCHBURN_DEVICE={env!r}" if device.lower() == "auto" else f"device={device!r}"
         info = gpu_info()
         if not info["available"]:
             raise ValueError(f"{source}: no usable GPU ({info['reason']}); use device='cpu' or 'auto'")
-        raise ValueError(
-            f"{source}: the LLM forward does not run on the Vulkan engine yet (GPU {info['adapter_name']!r} is "
-            "present); use device='cpu' or 'auto'"
-        )
-    raise ValueError(f"unknown device {device!r}; expected 'auto' or 'cpu'")
+        return "gpu"
+    raise ValueError(f"unknown device {device!r}; expected 'auto', 'cpu' or 'gpu'")
 
 
 def _check_sampling(max_tokens: Any, temperature: Any, top_p: Any, top_k: Any, min_p: Any,
@@ -165,8 +167,11 @@ class LLM:
                 f16/bf16 checkpoints are converted once at load). Every linear layer is quantized, the
                 tied LM head included; the result is cached under ``TORCHBURN_CACHE_DIR`` or
                 ``~/.cache/torchburn`` and memory-mapped on the next load.
-            device: ``"auto"`` or ``"cpu"`` (``TORCHBURN_DEVICE`` is honoured for ``"auto"``); ``"gpu"`` is an
-                error naming the reason (no usable GPU, or: the LLM does not run on the Vulkan engine yet).
+            device: ``"cpu"``, ``"gpu"`` (the Vulkan engine: weights uploaded once and resident, the whole
+                forward on the device, sampling on the CPU; an error naming the reason when no usable GPU
+                exists) or ``"auto"`` (the GPU when one exists, CPU-type Vulkan devices such as lavapipe
+                excluded; ``TORCHBURN_DEVICE`` is honoured). On the GPU the KV cache is float32 and
+                int8/int4 weights multiply f32 activations (as ``exact_activations=True``).
             num_threads: sets torchburn's (process-wide) kernel thread count.
             max_seq_len: positions the KV cache may hold (default: ``max_position_embeddings``; the cache
                 grows on demand).
@@ -217,6 +222,10 @@ class LLM:
         finally:
             if progress is not None:
                 progress.close()
+        if resolved_device == "gpu":
+            if kv_cache_dtype != "float32":
+                raise ValueError("kv_cache_dtype='float16' is not supported on the GPU (its KV cache is float32)")
+            handle.to_engine("vulkan")
         info = handle.info
         if info["cache"] == "write_failed" and not quiet:
             print(f"torchburn: could not save the quantized cache (every load will quantize again): "

@@ -262,16 +262,16 @@ static tb_status create_device(void) {
 #undef TB_VK_LOAD_DEVICE
     tb_vk.GetDeviceQueue(tb_vk.device, tb_vk.queue_family, 0, &tb_vk.queue);
 
-    /* one layout for every kernel: bindings 0..3 = a, b, c, y; 32 bytes of push constants */
-    VkDescriptorSetLayoutBinding bindings[4];
-    for (uint32_t i = 0; i < 4; i++)
+    /* one layout for every kernel: bindings 0..4 = a, b, c, y, d; TB_VK_PUSH_BYTES of push constants */
+    VkDescriptorSetLayoutBinding bindings[TB_VK_BINDINGS];
+    for (uint32_t i = 0; i < TB_VK_BINDINGS; i++)
         bindings[i] = (VkDescriptorSetLayoutBinding){.binding = i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                                      .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     VkDescriptorSetLayoutCreateInfo set_create = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                                  .bindingCount = 4, .pBindings = bindings};
+                                                  .bindingCount = TB_VK_BINDINGS, .pBindings = bindings};
     if ((result = tb_vk.CreateDescriptorSetLayout(tb_vk.device, &set_create, NULL, &tb_vk.set_layout)) != VK_SUCCESS)
         return unavailable("vkCreateDescriptorSetLayout failed: %s", result_name(result));
-    VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = 32};
+    VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = TB_VK_PUSH_BYTES};
     VkPipelineLayoutCreateInfo layout_create = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                                 .setLayoutCount = 1, .pSetLayouts = &tb_vk.set_layout,
                                                 .pushConstantRangeCount = 1, .pPushConstantRanges = &push};

@@ -10,6 +10,7 @@
  * supports_op, not split); dispatch sizes are capped at maxComputeWorkGroupCount and the shaders loop
  * over the rest (grid-stride). */
 #ifdef TB_HAVE_VULKAN_HEADERS
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,10 @@ static tb_vk_kernel kernel_of(tb_engine_op_kind kind) {
     case TB_ENGINE_OP_MATMUL: return TB_VK_KERNEL_MATMUL;
     case TB_ENGINE_OP_SOFTMAX: return TB_VK_KERNEL_SOFTMAX;
     case TB_ENGINE_OP_RMS_NORM: return TB_VK_KERNEL_RMS_NORM;
+    case TB_ENGINE_OP_QMATMUL: return TB_VK_KERNEL_QMATMUL;
+    case TB_ENGINE_OP_LLM_ROPE: return TB_VK_KERNEL_LLM_ROPE;
+    case TB_ENGINE_OP_LLM_ATTENTION: return TB_VK_KERNEL_LLM_ATTENTION;
+    case TB_ENGINE_OP_SILU_MUL: return TB_VK_KERNEL_SILU_MUL;
     default: return TB_VK_KERNEL_LAYER_NORM;
     }
 }
@@ -204,9 +209,10 @@ static tb_vk_kernel kernel_of(tb_engine_op_kind kind) {
 static bool supports_locked(const tb_engine_op *op) {
     if (!tb_vk.ready || (unsigned)op->kind >= TB_ENGINE_OP_COUNT)
         return false;
-    size_t extents[4];
+    size_t extents[5];
     tb_engine_op_extents(op, &extents[0], &extents[1], &extents[2], &extents[3]);
-    for (int i = 0; i < 4; i++)
+    extents[4] = tb_engine_op_d_extent(op);
+    for (int i = 0; i < 5; i++)
         if (extents[i] > tb_vk.info.max_storage_buffer_range || extents[i] / sizeof(float) >= ((size_t)1 << 31))
             return false; /* shaders index with 32-bit unsigned integers */
     return true;
@@ -228,8 +234,9 @@ static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
         *out = tb_vk.pipelines[kernel];
         return TB_OK;
     }
-    static const char *const names[TB_VK_KERNEL_COUNT] = {"binary", "gemv", "layer_norm", "matmul",
-                                                          "rms_norm", "softmax", "unary"};
+    static const char *const names[TB_VK_KERNEL_COUNT] = {"binary",   "gemv",     "layer_norm",    "matmul",
+                                                          "rms_norm", "softmax",  "unary",         "qmatmul",
+                                                          "llm_rope", "llm_attention", "silu_mul"};
     const tb_spirv_shader *shader = NULL;
     for (int i = 0; i < tb_spirv_shader_count && !shader; i++)
         if (strcmp(tb_spirv_shaders[i].name, names[kernel]) == 0)
@@ -267,7 +274,7 @@ static tb_status ensure_descriptor_pool(uint32_t sets) {
         tb_vk.DestroyDescriptorPool(tb_vk.device, tb_vk.descriptor_pool, NULL);
     tb_vk.descriptor_pool = VK_NULL_HANDLE;
     uint32_t capacity = sets < 64 ? 64 : sets;
-    VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 4 * capacity};
+    VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = TB_VK_BINDINGS * capacity};
     VkDescriptorPoolCreateInfo create = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = capacity,
                                          .poolSizeCount = 1, .pPoolSizes = &size};
     VkResult result = tb_vk.CreateDescriptorPool(tb_vk.device, &create, NULL, &tb_vk.descriptor_pool);
@@ -283,7 +290,10 @@ static bool op_is_empty(const tb_engine_op *op) {
     switch (op->kind) {
     case TB_ENGINE_OP_UNARY:
     case TB_ENGINE_OP_BINARY: return op->n == 0;
-    case TB_ENGINE_OP_MATMUL: return op->m == 0 || op->n == 0;
+    case TB_ENGINE_OP_MATMUL:
+    case TB_ENGINE_OP_QMATMUL: return op->m == 0 || op->n == 0;
+    case TB_ENGINE_OP_LLM_ROPE:
+    case TB_ENGINE_OP_LLM_ATTENTION: return op->llm.tokens == 0;
     default: return op->rows == 0;
     }
 }
@@ -306,18 +316,19 @@ static tb_status record_op(const tb_engine_op *op) {
     if (result != VK_SUCCESS)
         return tb_vk_fail(result, "vkAllocateDescriptorSets");
     /* absent operands are bound to y, which the shader then never reads */
-    const tb_engine_buffer *operands[4] = {op->a, op->b ? op->b : op->y, op->c ? op->c : op->y, op->y};
-    VkDescriptorBufferInfo infos[4];
-    VkWriteDescriptorSet writes[4];
-    for (int i = 0; i < 4; i++) {
+    const tb_engine_buffer *operands[TB_VK_BINDINGS] = {op->a, op->b ? op->b : op->y, op->c ? op->c : op->y, op->y,
+                                                        op->d ? op->d : op->y};
+    VkDescriptorBufferInfo infos[TB_VK_BINDINGS];
+    VkWriteDescriptorSet writes[TB_VK_BINDINGS];
+    for (int i = 0; i < TB_VK_BINDINGS; i++) {
         infos[i] = (VkDescriptorBufferInfo){.buffer = ((const tb_vk_buffer *)operands[i]->backend)->buffer, .offset = 0,
                                             .range = VK_WHOLE_SIZE};
         writes[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
                                            .dstBinding = (uint32_t)i, .descriptorCount = 1,
                                            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &infos[i]};
     }
-    tb_vk.UpdateDescriptorSets(tb_vk.device, 4, writes, 0, NULL);
-    uint32_t push[8] = {0};
+    tb_vk.UpdateDescriptorSets(tb_vk.device, TB_VK_BINDINGS, writes, 0, NULL);
+    uint32_t push[TB_VK_PUSH_BYTES / 4] = {0};
     uint32_t gx = 1, gy = 1;
     const uint32_t *limit = tb_vk.info.max_workgroup_count;
     switch (op->kind) {
@@ -344,6 +355,42 @@ static tb_status record_op(const tb_engine_op *op) {
             gx = groups(op->n, 64, limit[0]);
             gy = groups(op->m, 64, limit[1]);
         }
+        break;
+    case TB_ENGINE_OP_QMATMUL: /* shaders/qmatmul.comp: a workgroup per column */
+        push[0] = (uint32_t)op->m;
+        push[1] = (uint32_t)op->n;
+        push[2] = (uint32_t)op->k;
+        push[3] = (uint32_t)op->code;
+        push[4] = op->c ? 1u : 0u;
+        push[5] = (uint32_t)op->llm.group;
+        gx = groups(op->n, 1, limit[0]);
+        break;
+    case TB_ENGINE_OP_LLM_ROPE:
+    case TB_ENGINE_OP_LLM_ATTENTION: { /* a workgroup per (row, head) */
+        const bool rope = op->kind == TB_ENGINE_OP_LLM_ROPE;
+        push[0] = (uint32_t)op->llm.tokens;
+        push[1] = (uint32_t)op->llm.heads;
+        push[2] = (uint32_t)op->llm.kv_heads;
+        push[3] = (uint32_t)op->llm.head_dim;
+        push[4] = (uint32_t)op->llm.capacity;
+        push[5] = (uint32_t)op->llm.pos0;
+        if (rope) {
+            push[6] = op->d ? 1u : 0u;
+            memcpy(&push[7], &op->eps, 4);
+        } else {
+            const float scale = (float)(1.0 / sqrt((double)op->llm.head_dim));
+            push[6] = (uint32_t)op->llm.window;
+            memcpy(&push[7], &scale, 4);
+        }
+        push[8] = (uint32_t)op->llm.stride;
+        const int64_t heads = rope ? op->llm.heads + 2 * op->llm.kv_heads : op->llm.heads;
+        gx = groups(op->llm.tokens * heads, 1, limit[0]);
+        break;
+    }
+    case TB_ENGINE_OP_SILU_MUL:
+        push[0] = (uint32_t)op->rows;
+        push[1] = (uint32_t)op->len;
+        gx = groups(op->rows * op->len, 256, limit[0]);
         break;
     default:
         push[0] = (uint32_t)op->rows;

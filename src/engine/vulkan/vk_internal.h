@@ -39,6 +39,10 @@ typedef enum tb_vk_kernel {
     TB_VK_KERNEL_RMS_NORM,
     TB_VK_KERNEL_SOFTMAX,
     TB_VK_KERNEL_UNARY,
+    TB_VK_KERNEL_QMATMUL,
+    TB_VK_KERNEL_LLM_ROPE,
+    TB_VK_KERNEL_LLM_ATTENTION,
+    TB_VK_KERNEL_SILU_MUL,
     TB_VK_KERNEL_COUNT
 } tb_vk_kernel;
 
@@ -49,7 +53,7 @@ typedef struct tb_vk_buffer {
     VkDeviceSize capacity;
 } tb_vk_buffer;
 
-enum { TB_VK_POOL_SLOTS = 64 };
+enum { TB_VK_POOL_SLOTS = 64, TB_VK_BINDINGS = 5, TB_VK_PUSH_BYTES = 64 };
 
 typedef struct tb_vk_state {
     bool attempted, ready;

@@ -1,0 +1,163 @@
+"""The LLM forward on the Vulkan engine against the CPU forward, on whatever Vulkan device exists
+(Mesa's lavapipe in CI, admitted with TORCHBURN_VULKAN_ALLOW_CPU=1): tiny random models of the four
+families (built as tests/python/test_llm.py builds them), f32, int8 and int4 weights.
+
+Oracle: native_cpu with exact_activations=True (W8A32 / W4A32, the product the GPU computes: every
+weight dequantized exactly, f32 multiply-adds), itself checked against transformers in test_llm.py.
+Tolerance (documented in docs/engines.md): the logits of every prompt position within 1e-4 of the
+largest logit magnitude (only the summation order differs), and the same greedy tokens. int4 is held
+to the same bound, since GPU and CPU dequantize the same int4 blocks exactly.
+Skipped, with the reason, only when no Vulkan device exists and TORCHBURN_TEST_REQUIRE_VULKAN is not 1
+(.ci/run sets it, so CI always runs these).
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+import torchburn.gpu as gpu
+from torchburn import LLM
+from test_llm import FAMILIES, TEMPLATES, _config_model, _train_tokenizer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _lavapipe_counts():
+    old = os.environ.get("TORCHBURN_VULKAN_ALLOW_CPU")
+    os.environ["TORCHBURN_VULKAN_ALLOW_CPU"] = "1"
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+    gpu.reset()
+    yield
+    gc.collect()  # models of failed tests are held by their tracebacks until collected
+    if old is None:
+        os.environ.pop("TORCHBURN_VULKAN_ALLOW_CPU", None)
+    else:
+        os.environ["TORCHBURN_VULKAN_ALLOW_CPU"] = old
+    try:
+        gpu.reset()
+    except ValueError:  # buffers still alive (a failure's traceback): the next reset probes again
+        pass
+
+
+@pytest.fixture(scope="module")
+def need_gpu(_lavapipe_counts):
+    info = gpu.gpu_info()
+    if not info["available"]:
+        if os.environ.get("TORCHBURN_TEST_REQUIRE_VULKAN") == "1":
+            pytest.fail(f"TORCHBURN_TEST_REQUIRE_VULKAN=1 but no Vulkan device: {info['reason']}")
+        pytest.skip(f"no Vulkan device: {info['reason']}")
+    return info
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHBURN_CACHE_DIR", str(tmp_path / "tbcache"))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llm_gpu_models")
+    dirs = {}
+    for index, family in enumerate(FAMILIES):
+        torch.manual_seed(4321 + index)
+        model = _config_model(family)
+        template, bos, eos = TEMPLATES[family]
+        folder = root / family
+        model.save_pretrained(folder)
+        _train_tokenizer(bos).save(str(folder / "tokenizer.json"))
+        config = {"chat_template": template, "eos_token": eos, "model_max_length": 512}
+        if bos is not None:
+            config["bos_token"] = bos
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+        dirs[family] = folder
+    return dirs
+
+
+def _prompt(count, seed=0):
+    return [int(t) for t in np.random.default_rng(seed).integers(10, 200, size=count)]
+
+
+# 70 positions: two attention tiles of 64, past mistral's sliding window of 16
+PROMPT = 70
+NEW_TOKENS = 6
+
+
+@pytest.mark.parametrize("quant", ["none", "int8", "int4"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gpu_matches_cpu(models, need_gpu, family, quant):
+    cpu = LLM.from_pretrained(models[family], quant=quant, device="cpu", exact_activations=True, quiet=True)
+    dev = LLM.from_pretrained(models[family], quant=quant, device="gpu", quiet=True)
+    assert dev.device == "gpu" and dev._model.on_gpu and not cpu._model.on_gpu
+    ids = _prompt(PROMPT)
+    want = np.asarray(cpu.logits(ids))
+    got = np.asarray(dev.logits(ids))
+    bound = 1e-4 * float(np.abs(want).max())
+    assert np.abs(got - want).max() <= bound, (np.abs(got - want).max(), bound)
+    expected = cpu.generate_tokens(ids, max_tokens=NEW_TOKENS, temperature=0.0, stop_token_ids=[])
+    tokens = dev.generate_tokens(ids, max_tokens=NEW_TOKENS, temperature=0.0, stop_token_ids=[])
+    assert tokens == expected
+    # the cache continues across calls (chat-style): a further prompt after the generated tokens
+    more = _prompt(5, seed=1)
+    assert (dev.generate_tokens(ids + tokens + more, max_tokens=3, temperature=0.0, stop_token_ids=[]) ==
+            cpu.generate_tokens(ids + tokens + more, max_tokens=3, temperature=0.0, stop_token_ids=[]))
+
+
+def test_one_submit_per_step(models, need_gpu):
+    dev = LLM.from_pretrained(models["qwen3"], quant="int8", device="gpu", quiet=True)
+    ids = _prompt(20)
+    before = gpu.gpu_info()["submits"]
+    dev.logits(ids)  # the whole prompt, every position's logits: one command-buffer submit
+    assert gpu.gpu_info()["submits"] - before == 1
+    before = gpu.gpu_info()["submits"]
+    dev.generate_tokens(ids, max_tokens=5, temperature=0.0, stop_token_ids=[])
+    # prompt: one run plus one for its last row's LM head; then one per decoded token
+    assert gpu.gpu_info()["submits"] - before <= 2 + 5
+
+
+def test_gpu_refusals(models, need_gpu):
+    with pytest.raises(ValueError, match="float16"):
+        LLM.from_pretrained(models["llama"], quant="none", device="gpu", kv_cache_dtype="float16", quiet=True)
+    with pytest.raises(ValueError, match="unknown device"):
+        LLM.from_pretrained(models["llama"], quant="none", device="tpu", quiet=True)
+
+
+def _run(code, **env):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHBURN_")}
+    full_env.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300)
+
+
+def test_hidden_loader_means_cpu(models, tmp_path):
+    code = (
+        "import torchburn, torchburn.gpu as g\n"
+        "from torchburn import LLM\n"
+        "assert g.gpu_available() is False\n"
+        f"folder = {str(models['qwen2'])!r}\n"
+        "assert LLM.from_pretrained(folder, quant='none', device='auto', quiet=True).device == 'cpu'\n"
+        "try:\n"
+        "    LLM.from_pretrained(folder, quant='none', device='gpu', quiet=True)\n"
+        "except ValueError as e:\n"
+        "    assert 'no usable GPU' in str(e), e\n"
+        "else:\n"
+        "    raise SystemExit('device=gpu did not fail')\n"
+        "print('ok')\n")
+    result = _run(code, TORCHBURN_VULKAN_LOADER=str(tmp_path / "no-libvulkan.so.1"), TORCHBURN_VULKAN_ALLOW_CPU="1",
+                  TORCHBURN_CACHE_DIR=str(tmp_path / "c"))
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_auto_skips_cpu_devices(models, tmp_path, need_gpu):
+    if need_gpu["device_type"] != "cpu":
+        pytest.skip("the Vulkan device here is a real GPU; auto takes it")
+    code = (f"from torchburn import LLM\n"
+            f"print(LLM.from_pretrained({str(models['qwen2'])!r}, quant='none', device='auto', quiet=True).device)\n")
+    assert _run(code, TORCHBURN_CACHE_DIR=str(tmp_path / "c")).stdout.strip() == "cpu"
+    assert _run(code, TORCHBURN_CACHE_DIR=str(tmp_path / "c"), TORCHBURN_VULKAN_ALLOW_CPU="1").stdout.strip() == "gpu"

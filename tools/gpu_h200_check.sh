@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU checks of the vulkan engine on a real NVIDIA machine (prepared for an H200 lease; needs
+# the NVIDIA driver's Vulkan ICD). Builds torchburn into a venv, runs the engine and LLM GPU tests
+# with TORCHBURN_TEST_REQUIRE_VULKAN=1 (no skips), then `python -m torchburn.bench gpu` (kernels and
+# the LLM rows). Everything is bounded by timeouts so the whole run stays under 8 minutes; output goes
+# to ${OUT:-/tmp/gpu_check}.
+#
+# Usage: bash tools/gpu_h200_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpu_check}
+mkdir -p "$out"
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
+export TORCHBURN_TEST_REQUIRE_VULKAN=1
+log() { echo "== $(date -u +%T) $*" | tee -a "$out/summary.txt"; }
+
+log "machine"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1; nproc; uname -r; } | tee "$out/machine.txt"
+ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>/dev/null | tee -a "$out/machine.txt"
+if ! python3 -c "import ctypes; ctypes.CDLL('libvulkan.so.1')" 2>/dev/null; then
+  log "libvulkan.so.1 missing: apt-get install -y libvulkan1 (the NVIDIA ICD comes with the driver)"
+  (apt-get install -y libvulkan1 libvulkan-dev >"$out/apt.txt" 2>&1) || log "apt-get failed (see apt.txt)"
+fi
+
+log "build (venv with system packages, editable install)"
+python3 -m venv --system-site-packages .venv-gpu >"$out/build.txt" 2>&1
+. .venv-gpu/bin/activate
+timeout 240 pip install --no-build-isolation -e ".[test,llm]" >>"$out/build.txt" 2>&1 || { log "build failed"; tail -30 "$out/build.txt"; exit 1; }
+
+log "device as torchburn sees it"
+timeout 30 python -c "import torchburn.gpu as g, json; print(json.dumps(g.gpu_info(), indent=1))" | tee "$out/gpu_info.json"
+
+log "tests: engine kernels and the LLM forward on the GPU"
+timeout 150 python -m pytest -q -x tests/python/test_engine.py tests/python/test_llm_gpu.py >"$out/tests.txt" 2>&1
+log "tests rc=$? ($(tail -1 "$out/tests.txt"))"
+
+log "bench gpu (kernels; LLM rows on the small random model)"
+timeout 120 python -m torchburn.bench gpu --samples 3 >"$out/bench.txt" 2>&1
+log "bench rc=$?"
+cat "$out/bench.txt"
+log "done"
