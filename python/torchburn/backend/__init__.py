@@ -83,7 +83,20 @@ def _trace_inference(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx
         traced = make_fx(functional, decomposition_table=DECOMPOSITIONS, tracing_mode="real")(*fake_inputs)
     traced.graph.eliminate_dead_code()
     traced.recompile()
+    if any(_mutates(node) for node in traced.graph.nodes):
+        # a composite op that decomposed below the functionalization layer (F.rms_norm's add_) left an
+        # in-place op in the graph: a second functionalization over the ATen graph removes it
+        functional = torch.func.functionalize(traced, remove="mutations")
+        with tracing(None), fake_mode, torch.no_grad():
+            traced = make_fx(functional, tracing_mode="real")(*fake_inputs)
+        traced.graph.eliminate_dead_code()
+        traced.recompile()
     return traced
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return node.op == "call_function" and schema is not None and schema.is_mutable
 
 
 def _aot(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
