@@ -95,8 +95,16 @@ def _trace_inference(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx
 
 
 def _mutates(node: torch.fx.Node) -> bool:
+    """Whether node writes into an intermediate tensor (writes into graph inputs are the input
+    mutations functionalization keeps on purpose)."""
     schema = getattr(node.target, "_schema", None)
-    return node.op == "call_function" and schema is not None and schema.is_mutable
+    if node.op != "call_function" or schema is None or not schema.is_mutable:
+        return False
+    for arg, value in zip(schema.arguments, node.args):
+        written = arg.alias_info is not None and arg.alias_info.is_write
+        if written and isinstance(value, torch.fx.Node) and value.op != "placeholder":
+            return True
+    return False
 
 
 def _aot(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
