@@ -79,6 +79,7 @@ enum { TB_GRAPH_MAX_INPUTS = 64, TB_GRAPH_MAX_OUTPUTS = 5 };
 #define TB_PARAMS_loss(I, IA, F) I(reduction) I(ignore_index) I(has_weight) F(beta)
 /* ops computed by the eager core (eager.h), see src/graph/exec_eager.c */
 #define TB_PARAMS_max_dim(I, IA, F) I(dim) I(keepdim) I(is_max)
+#define TB_PARAMS_sort(I, IA, F) I(dim) I(descending)
 #define TB_PARAMS_scan(I, IA, F) I(dim) I(is_prod) I(dtype)
 /* op: index into tb_eager_reduce_names (EAGER_REDUCE); p: the norm's order (VECTOR_NORM) */
 #define TB_PARAMS_eager_reduce(I, IA, F) I(op) I(dim_mask) I(keepdim) I(dtype) F(p)
@@ -90,8 +91,8 @@ enum { TB_GRAPH_MAX_INPUTS = 64, TB_GRAPH_MAX_OUTPUTS = 5 };
     P(none) P(input) P(full) P(shape) P(permute) P(slice) P(unary) P(binary) P(scalar) P(compare) P(dtype) \
     P(reduce) P(var) P(softmax) P(norm) P(group_norm) P(batch_norm) P(batch_norm_train) P(matmul) P(conv2d) \
     P(pool) P(adaptive_pool) P(attention) P(cat) P(fused) P(conv2d_backward) P(batch_norm_backward) \
-    P(layer_norm_backward) P(group_norm_backward) P(embedding_backward) P(loss) P(max_dim) P(scan) \
-    P(eager_reduce) P(index)
+    P(layer_norm_backward) P(group_norm_backward) P(embedding_backward) P(loss) P(max_dim) P(sort) \
+    P(scan) P(eager_reduce) P(index)
 
 #define TB_PARAM_FIELD_I(name) int64_t name;
 #define TB_PARAM_FIELD_IA(name, n) int64_t name[n];
@@ -192,6 +193,8 @@ typedef union tb_graph_params {
     X(BCE_LOSS_BACKWARD, "binary_cross_entropy_backward", 3, 4, 1, loss, tb_infer_like_input1, tb_lower_nn) \
     /* computed by the eager core (exec_eager.c): x -> values, int64 indices of max/min along dim */        \
     X(MAX_DIM, "max_dim", 1, 1, 2, max_dim, tb_infer_max_dim, tb_lower_eager)                                \
+    /* stable sort along dim (NaN largest) -> values, int64 indices */                                     \
+    X(SORT, "sort", 1, 1, 2, sort, tb_infer_sort, tb_lower_eager)                                            \
     /* cumsum / cumprod along dim in dtype */                                                               \
     X(SCAN, "scan", 1, 1, 1, scan, tb_infer_scan, tb_lower_eager)                                            \
     /* prod, all, any, nansum, count_nonzero... (tb_eager_reduce) over dim_mask in dtype */                 \

@@ -1,5 +1,5 @@
 /* Graph ops computed by the eager core (eager.h), so that one piece of code serves turbo_torch and the
- * compile backend: max/min along a dim with indices, cumsum/cumprod, the reductions of
+ * compile backend: max/min along a dim with indices, sort, cumsum/cumprod, the reductions of
  * tb_eager_reduce (prod, all, any, ...), vector norms, gather, scatter, index_select and index_add.
  *
  * Each op's shape inference follows PyTorch (errors name the bad input); its step views the planned
@@ -38,6 +38,14 @@ tb_status tb_infer_max_dim(const tb_graph_params *p, int n, infos in, tb_value_i
     if (in[0]->ndim == 0)
         tb_info_contiguous(&out[0], in[0]->dtype, 0, NULL);
     tb_info_contiguous(&out[1], TB_I64, out[0].ndim, out[0].shape);
+    return TB_OK;
+}
+
+tb_status tb_infer_sort(const tb_graph_params *p, int n, infos in, tb_value_info *out) {
+    int dim;
+    TB_TRY(check_dim(p->sort.dim, in[0], &dim));
+    tb_info_contiguous(&out[0], in[0]->dtype, in[0]->ndim, in[0]->shape);
+    tb_info_contiguous(&out[1], TB_I64, in[0]->ndim, in[0]->shape);
     return TB_OK;
 }
 
@@ -142,6 +150,9 @@ static tb_status exec_eager(const tb_exec_context *context, const tb_step *step)
     case TB_OP_MAX_DIM:
         status = tb_eager_max_dim(p->max_dim.is_max != 0, &in[0], p->max_dim.dim, p->max_dim.keepdim != 0,
                                   want[0] ? &out[0] : NULL, want[1] ? &out[1] : NULL);
+        break;
+    case TB_OP_SORT:
+        status = tb_eager_sort(&in[0], p->sort.dim, p->sort.descending != 0, &out[0], &out[1]);
         break;
     case TB_OP_SCAN:
         status = tb_eager_cumulative(p->scan.is_prod != 0, &in[0], p->scan.dim, (tb_dtype)p->scan.dtype, &out[0]);

@@ -56,6 +56,9 @@ CASES = {
     "scatter_reduce_amax": (lambda x, i: x.scatter_reduce(0, i, x * 2, "amax"), [X], [INDEX], "scatter", False),
     "index_select": (lambda x, j: x.index_select(0, j).sigmoid(), [X], [ROWS], "index_select", True),
     "index_add": (lambda x, j: x.index_add(0, j, x * 3, alpha=0.5), [X], [ROWS], "index_add", True),
+    "sort": (lambda x: x.sort(1, descending=True).values * 2 + x.sort(0).indices.float(), [X], [], "sort", True),
+    "sort_stable": (lambda x: torch.sort(x, dim=0, stable=True).values.tanh(), [X], [], "sort", True),
+    "topk": (lambda x: x.topk(3, 1).values.exp() + x.topk(3, 1, largest=False).indices.float(), [X], [], "sort", True),
 }
 
 

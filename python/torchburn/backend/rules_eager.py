@@ -172,3 +172,31 @@ def _index_add(b: Builder, n: torch.fx.Node) -> int:
         raise LoweringError("index_add alpha")
     return b.add("index_add", [b.value(n.args[0]), b.value(n.args[2]), b.value(n.args[3])],
                  {"dim": _dim(b, n, n.args[1]), "alpha": float(alpha)})
+
+
+# ---- sort, topk ----------------------------------------------------------------------------------
+
+
+def _sort_args(n: torch.fx.Node) -> tuple:
+    if n.target == aten.sort.stable:
+        return n.kwargs.get("dim", -1), bool(n.kwargs.get("descending", False))
+    return _arg(n, 1, "dim", -1), bool(_arg(n, 2, "descending", False))
+
+
+@rule(aten.sort.default, aten.sort.stable, check=_ndim_ok, dtypes=FLOATS, index=True)
+def _sort(b: Builder, n: torch.fx.Node) -> tuple:
+    """A stable sort (NaN largest): what PyTorch's CPU sort gives, stable or not, for distinct values;
+    ties keep their input order."""
+    dim, descending = _sort_args(n)
+    first = b.add("sort", [b.value(n.args[0])], {"dim": _dim(b, n, dim), "descending": int(descending)})
+    return first, first + 1
+
+
+@rule(aten.topk.default, check=lambda n: _ndim_ok(n) and bool(_arg(n, 4, "sorted", True)), dtypes=FLOATS, index=True)
+def _topk(b: Builder, n: torch.fx.Node) -> tuple:
+    """The first k of a sort along dim (largest: descending)."""
+    k = int(b.scalar(n.args[1]))
+    dim = _dim(b, n, _arg(n, 2, "dim", -1))
+    largest = bool(_arg(n, 3, "largest", True))
+    first = b.add("sort", [b.value(n.args[0])], {"dim": dim, "descending": int(largest)})
+    return tuple(b.add("slice", [first + o], {"dim": dim, "start": 0, "end": k, "step": 1}) for o in range(2))
