@@ -178,3 +178,32 @@ def test_bad_index_is_a_clear_error_or_pytorch_error():
         warnings.simplefilter("ignore", TorchburnFallbackWarning)
         with torch.no_grad(), pytest.raises(RuntimeError, match="out of bounds"):
             fn(X, bad)
+
+
+# ---- layout fixes between plans ---------------------------------------------------------------------
+
+
+def test_copy_into_matches_torch_and_checks_shapes():
+    src = _x(2, 3, 4, 5)
+    dst = torch.empty_strided(src.shape, (60, 5, 15, 1))  # [B, H, T, D] in [B, T, H, D] memory order
+    torchburn._C.copy_into(dst, src)
+    assert torch.equal(dst, src)
+    with pytest.raises(ValueError, match="shapes differ"):
+        torchburn._C.copy_into(torch.empty(2, 3), torch.empty(3, 2))
+
+
+def test_restride_does_not_use_pytorch_copy(monkeypatch):
+    """A region output that must keep a strided layout (attention's output saved for the backward) is
+    copied by torchburn: torch's copy_ would wake PyTorch's OpenMP team, whose spinning threads then
+    slow the next plan down (the GPT-2 block's grad-on forward took twice as long)."""
+    from torchburn.backend import compiler
+
+    src = _x(2, 3, 4, 5)
+
+    def no_torch_copy(*args, **kwargs):
+        raise AssertionError("torch copy_ used")
+
+    monkeypatch.setattr(torch.Tensor, "copy_", no_torch_copy)
+    got = compiler._restride(src, (60, 5, 15, 1))
+    assert got.stride() == (60, 5, 15, 1)
+    assert torch.equal(got, src)
