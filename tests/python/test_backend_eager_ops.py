@@ -122,6 +122,12 @@ OTHER_CASES = {
     "addmm_alpha_beta": (lambda x: torch.addmm(x[:, :4], x, x.t()[:, :4], beta=0.5, alpha=2.0), "addmm"),
     "addmm_beta0": (lambda x: torch.addmm(x[:, :4] + 100, x, x.t()[:, :4], beta=0.0), "addmm"),
     "rms_norm": (lambda x: F.rms_norm(x, (6,), x[0] + 2), "mean"),  # add_ inside must not split the region
+    # PyTorch's decompositions, fused natively
+    "hardshrink": (lambda x: F.hardshrink(x, 0.7), "where"),
+    "softshrink": (lambda x: F.softshrink(x, 0.3), "where"),
+    "logsigmoid": (lambda x: F.logsigmoid(x), "log1p"),
+    "glu": (lambda x: F.glu(x, -1), "sigmoid"),
+    "prelu": (lambda x: F.prelu(x, x[0, :1].abs() * 0.1 + 0.2), "where"),
 }
 
 
