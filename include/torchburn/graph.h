@@ -77,12 +77,22 @@ enum { TB_GRAPH_MAX_INPUTS = 64, TB_GRAPH_MAX_OUTPUTS = 5 };
 #define TB_PARAMS_embedding_backward(I, IA, F) I(num_weights) I(padding_idx) I(scale_grad_by_freq)
 /* reduction: 0 none, 1 mean, 2 sum (ATen's numbering). */
 #define TB_PARAMS_loss(I, IA, F) I(reduction) I(ignore_index) I(has_weight) F(beta)
+/* ops computed by the eager core (eager.h), see src/graph/exec_eager.c */
+#define TB_PARAMS_max_dim(I, IA, F) I(dim) I(keepdim) I(is_max)
+#define TB_PARAMS_sort(I, IA, F) I(dim) I(descending)
+#define TB_PARAMS_scan(I, IA, F) I(dim) I(is_prod) I(dtype)
+/* op: index into tb_eager_reduce_names (EAGER_REDUCE); p: the norm's order (VECTOR_NORM) */
+#define TB_PARAMS_eager_reduce(I, IA, F) I(op) I(dim_mask) I(keepdim) I(dtype) F(p)
+/* reduce: scatter's (0 replace, 1 add, 2 multiply, 3 amax, 4 amin); has_src 0: scatter `value`;
+ * alpha: index_add's */
+#define TB_PARAMS_index(I, IA, F) I(dim) I(reduce) I(has_src) F(value) F(alpha)
 
 #define TB_GRAPH_PARAM_SET_LIST(P) \
     P(none) P(input) P(full) P(shape) P(permute) P(slice) P(unary) P(binary) P(scalar) P(compare) P(dtype) \
     P(reduce) P(var) P(softmax) P(norm) P(group_norm) P(batch_norm) P(batch_norm_train) P(matmul) P(conv2d) \
     P(pool) P(adaptive_pool) P(attention) P(cat) P(fused) P(conv2d_backward) P(batch_norm_backward) \
-    P(layer_norm_backward) P(group_norm_backward) P(embedding_backward) P(loss)
+    P(layer_norm_backward) P(group_norm_backward) P(embedding_backward) P(loss) P(max_dim) P(sort) \
+    P(scan) P(eager_reduce) P(index)
 
 #define TB_PARAM_FIELD_I(name) int64_t name;
 #define TB_PARAM_FIELD_IA(name, n) int64_t name[n];
@@ -180,7 +190,24 @@ typedef union tb_graph_params {
     X(SMOOTH_L1_LOSS, "smooth_l1_loss", 2, 2, 1, loss, tb_infer_loss, tb_lower_nn)                           \
     X(SMOOTH_L1_LOSS_BACKWARD, "smooth_l1_loss_backward", 3, 3, 1, loss, tb_infer_like_input1, tb_lower_nn) \
     X(BCE_LOSS, "binary_cross_entropy", 2, 3, 1, loss, tb_infer_loss, tb_lower_nn)                           \
-    X(BCE_LOSS_BACKWARD, "binary_cross_entropy_backward", 3, 4, 1, loss, tb_infer_like_input1, tb_lower_nn)
+    X(BCE_LOSS_BACKWARD, "binary_cross_entropy_backward", 3, 4, 1, loss, tb_infer_like_input1, tb_lower_nn) \
+    /* computed by the eager core (exec_eager.c): x -> values, int64 indices of max/min along dim */        \
+    X(MAX_DIM, "max_dim", 1, 1, 2, max_dim, tb_infer_max_dim, tb_lower_eager)                                \
+    /* stable sort along dim (NaN largest) -> values, int64 indices */                                     \
+    X(SORT, "sort", 1, 1, 2, sort, tb_infer_sort, tb_lower_eager)                                            \
+    /* cumsum / cumprod along dim in dtype */                                                               \
+    X(SCAN, "scan", 1, 1, 1, scan, tb_infer_scan, tb_lower_eager)                                            \
+    /* prod, all, any, nansum, count_nonzero... (tb_eager_reduce) over dim_mask in dtype */                 \
+    X(EAGER_REDUCE, "eager_reduce", 1, 1, 1, eager_reduce, tb_infer_eager_reduce, tb_lower_eager)            \
+    X(VECTOR_NORM, "vector_norm", 1, 1, 1, eager_reduce, tb_infer_eager_reduce, tb_lower_eager)              \
+    /* x, integer index (x's rank) -> x gathered along dim, index's shape */                               \
+    X(GATHER, "gather", 2, 2, 1, index, tb_infer_gather, tb_lower_eager)                                     \
+    /* x, integer index, [src] -> a copy of x with src (or value) scattered along dim */                   \
+    X(SCATTER, "scatter", 2, 3, 1, index, tb_infer_scatter, tb_lower_eager)                                  \
+    /* x, 0/1-D integer index -> x's rows along dim picked by index */                                      \
+    X(INDEX_SELECT, "index_select", 2, 2, 1, index, tb_infer_index_select, tb_lower_eager)                   \
+    /* x, 0/1-D integer index, source -> x + alpha * source added at index along dim */                     \
+    X(INDEX_ADD, "index_add", 3, 3, 1, index, tb_infer_index_add, tb_lower_eager)
 
 typedef enum tb_graph_op {
 #define TB_GRAPH_OP_ENUM(id, name, min_in, max_in, n_out, params, infer, lower) TB_OP_##id,

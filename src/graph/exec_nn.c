@@ -114,6 +114,10 @@ static tb_status simple_step_with(tb_planner *planner, int node, const char *ker
     return any ? tb_planner_add_step(planner, &step, NULL) : TB_OK;
 }
 
+tb_status tb_lower_dynamic_step(tb_planner *planner, int node, tb_step_fn run) {
+    return simple_step_with(planner, node, tb_graph_op_name(tb_planner_graph(planner)->nodes[node].op), run, true);
+}
+
 static tb_status simple_step(tb_planner *planner, int node, const char *kernel, tb_step_fn run) {
     return simple_step_with(planner, node, kernel, run, false);
 }

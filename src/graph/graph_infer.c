@@ -263,7 +263,7 @@ tb_status tb_infer_fused(const tb_graph_params *p, int n, infos in, tb_value_inf
     return broadcast(n, in, out, (tb_dtype)p->fused.dtype);
 }
 
-static tb_status reduced_shape(const tb_value_info *x, int64_t mask, int64_t keepdim, tb_dtype dtype,
+tb_status tb_reduced_shape(const tb_value_info *x, int64_t mask, int64_t keepdim, tb_dtype dtype,
                                tb_value_info *out) {
     if (mask < 0 || (x->ndim < 32 && (mask >> x->ndim) != 0))
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "dim mask 0x%llx names dims beyond %d", (long long)mask, x->ndim);
@@ -285,12 +285,12 @@ tb_status tb_infer_reduce(const tb_graph_params *p, int n, infos in, tb_value_in
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "unknown reduction %lld", (long long)p->reduce.op);
     TB_TRY(expect_float(in[0], "input"));
     TB_TRY(check_dtype_param(p->reduce.dtype));
-    return reduced_shape(in[0], p->reduce.dim_mask, p->reduce.keepdim, (tb_dtype)p->reduce.dtype, out);
+    return tb_reduced_shape(in[0], p->reduce.dim_mask, p->reduce.keepdim, (tb_dtype)p->reduce.dtype, out);
 }
 
 tb_status tb_infer_var(const tb_graph_params *p, int n, infos in, tb_value_info *out) {
     TB_TRY(expect_float(in[0], "input"));
-    return reduced_shape(in[0], p->var.dim_mask, p->var.keepdim, in[0]->dtype, out);
+    return tb_reduced_shape(in[0], p->var.dim_mask, p->var.keepdim, in[0]->dtype, out);
 }
 
 tb_status tb_infer_softmax(const tb_graph_params *p, int n, infos in, tb_value_info *out) {

@@ -124,6 +124,8 @@ bool tb_info_is_contiguous(const tb_value_info *info);
 int64_t tb_info_numel(const tb_value_info *info);
 void tb_info_contiguous(tb_value_info *info, tb_dtype dtype, int ndim, const int64_t *shape);
 bool tb_dtype_is_float(tb_dtype dtype);
+/* The info of x reduced over dim mask (0: all dims), keeping the reduced dims as 1 when keepdim. */
+tb_status tb_reduced_shape(const tb_value_info *x, int64_t mask, int64_t keepdim, tb_dtype dtype, tb_value_info *out);
 
 /* ---- shape inference: fills the outputs' infos from the inputs' ---- */
 
@@ -188,6 +190,9 @@ struct tb_plan {
 typedef struct tb_planner tb_planner;
 
 typedef tb_status (*tb_lower_fn)(tb_planner *planner, int node);
+/* One step running `run` on the node's inputs; its outputs are results adopted at run time
+ * (tb_exec_adopt), as for the ops-layer calls. */
+tb_status tb_lower_dynamic_step(tb_planner *planner, int node, tb_step_fn run);
 tb_lower_fn tb_graph_op_lowering(tb_graph_op op);
 tb_infer_fn tb_graph_op_infer(tb_graph_op op);
 

@@ -423,7 +423,37 @@ static PyObject *py_blake3(PyObject *module, PyObject *args, PyObject *kwargs) {
     return result;
 }
 
+/* copy_into(dst, src): dst <- src (same shape, any strides) by torchburn's own copy, so that the
+ * backend's layout fixes between plans do not wake PyTorch's OpenMP team (whose spinning threads
+ * would then compete with our pool for the cores during the next plan). */
+static PyObject *py_copy_into(PyObject *m, PyObject *args) {
+    PyObject *dst_object, *src_object;
+    if (!PyArg_ParseTuple(args, "OO", &dst_object, &src_object))
+        return NULL;
+    tb_tensor dst, src;
+    if (tb_py_import_tensor(dst_object, "dst", &dst) != 0)
+        return NULL;
+    if (tb_py_import_tensor(src_object, "src", &src) != 0) {
+        tb_tensor_release(&dst);
+        return NULL;
+    }
+    tb_status status = TB_OK;
+    if (dst.ndim != src.ndim || memcmp(dst.shape, src.shape, sizeof(int64_t) * (size_t)dst.ndim) != 0)
+        status = tb_error_set(TB_ERR_SHAPE, "copy_into: dst and src shapes differ");
+    if (status == TB_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        status = tb_tensor_copy(&dst, &src);
+        Py_END_ALLOW_THREADS
+    }
+    tb_tensor_release(&dst);
+    tb_tensor_release(&src);
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef graph_functions[] = {
+    {"copy_into", py_copy_into, METH_VARARGS, "copy_into(dst, src): dst <- src, same shape, any strides"},
     {"graph_op_table", py_graph_op_table, METH_NOARGS,
      "graph_op_table() -> {'ops': {name: {min_inputs, max_inputs, outputs, params}}, 'unary': [...], ...}"},
     {"plan_cache_stats", py_plan_cache_stats, METH_NOARGS,

@@ -1,7 +1,7 @@
 /* C tests of the graph layer: plans against naive double-precision loops (fused GEMM epilogues,
  * elementwise chains, views that need copies), the same plan at every supported ISA against the
  * scalar one, structural hashing, the plan caches (hits, sharing, LRU eviction), memory planning
- * (arena reuse), builder errors and allocation failures. */
+ * (arena reuse), ops computed by the eager core, builder errors and allocation failures. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -468,12 +468,73 @@ static void test_plan_cache_from_many_threads(void) {
     tb_plan_cache_clear();
 }
 
+/* Ops computed by the eager core: gather and max along dim 1 against naive loops, a bad index is an
+ * error (never an out-of-bounds read), and a float index is rejected when the node is added. */
+static void test_eager_core_ops(void) {
+    tb_graph *g;
+    TB_CHECK(tb_graph_new(&g) == TB_OK);
+    int64_t shape[2] = {3, 5};
+    int x, index;
+    TB_CHECK(tb_graph_add_input(g, TB_F32, 2, shape, NULL, &x) == TB_OK);
+    TB_CHECK(tb_graph_add_input(g, TB_I64, 2, shape, NULL, &index) == TB_OK);
+    tb_graph_params p;
+    memset(&p, 0, sizeof p);
+    p.index.dim = 1;
+    int pair[2] = {x, index};
+    int gathered = add(g, TB_OP_GATHER, &p, 2, pair);
+    memset(&p, 0, sizeof p);
+    p.max_dim.dim = 1;
+    p.max_dim.is_max = 1;
+    int values = add(g, TB_OP_MAX_DIM, &p, 1, &x);
+    TB_CHECK(tb_graph_add_output(g, gathered) == TB_OK);
+    TB_CHECK(tb_graph_add_output(g, values) == TB_OK);
+    TB_CHECK(tb_graph_add_output(g, values + 1) == TB_OK);
+    int bad_pair[2] = {x, x}, out = -1;
+    memset(&p, 0, sizeof p);
+    TB_CHECK(tb_graph_add_node(g, TB_OP_GATHER, &p, 2, bad_pair, &out, NULL) == TB_ERR_DTYPE);
+
+    tb_plan *plan;
+    TB_CHECK_MSG(tb_graph_compile(g, &plan, NULL) == TB_OK, "%s", tb_error_message());
+    tb_tensor in[2] = {random_tensor(2, shape, 7)};
+    TB_CHECK(tb_tensor_empty(TB_I64, 2, shape, 0, &in[1]) == TB_OK);
+    int64_t *idx = tb_tensor_data(&in[1]);
+    for (int i = 0; i < 15; i++)
+        idx[i] = (i * 7) % 5;
+    tb_tensor outs[3];
+    TB_CHECK_MSG(tb_plan_run_tensors(plan, in, outs) == TB_OK, "%s", tb_error_message());
+    const float *xv = tb_tensor_data(&in[0]);
+    double want_gather[15], want_max[3];
+    bool indices_ok = outs[2].dtype == TB_I64 && outs[2].ndim == 1 && outs[2].shape[0] == 3;
+    for (int r = 0; r < 3; r++) {
+        int best = 0;
+        for (int c = 0; c < 5; c++) {
+            want_gather[r * 5 + c] = xv[r * 5 + idx[r * 5 + c]];
+            best = xv[r * 5 + c] > xv[r * 5 + best] ? c : best;
+        }
+        want_max[r] = xv[r * 5 + best];
+        indices_ok = indices_ok && ((const int64_t *)tb_tensor_data(&outs[2]))[r] == best;
+    }
+    TB_CHECK(max_abs_diff(tb_tensor_data(&outs[0]), want_gather, 15) == 0.0f);
+    TB_CHECK(outs[1].ndim == 1 && max_abs_diff(tb_tensor_data(&outs[1]), want_max, 3) == 0.0f);
+    TB_CHECK(indices_ok);
+    for (int o = 0; o < 3; o++)
+        tb_tensor_release(&outs[o]);
+    idx[4] = 5; /* out of range for a dim of 5 */
+    TB_CHECK(tb_plan_run_tensors(plan, in, outs) == TB_ERR_INVALID_ARGUMENT);
+    TB_CHECK_MSG(strstr(tb_error_message(), "out of bounds") != NULL, "%s", tb_error_message());
+    tb_tensor_release(&in[0]);
+    tb_tensor_release(&in[1]);
+    tb_plan_release(plan);
+    tb_graph_free(g);
+}
+
 int main(void) {
     test_mlp_plan();
     test_elementwise_and_views();
     test_hash_cache_and_memory_plan();
     test_in_place_respects_lifetimes();
     test_builder_errors();
+    test_eager_core_ops();
     test_allocation_failures();
     test_plan_cache_from_many_threads();
     return tb_test_finish("graph");

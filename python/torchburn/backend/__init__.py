@@ -83,7 +83,28 @@ def _trace_inference(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx
         traced = make_fx(functional, decomposition_table=DECOMPOSITIONS, tracing_mode="real")(*fake_inputs)
     traced.graph.eliminate_dead_code()
     traced.recompile()
+    if any(_mutates(node) for node in traced.graph.nodes):
+        # a composite op that decomposed below the functionalization layer (F.rms_norm's add_) left an
+        # in-place op in the graph: a second functionalization over the ATen graph removes it
+        functional = torch.func.functionalize(traced, remove="mutations")
+        with tracing(None), fake_mode, torch.no_grad():
+            traced = make_fx(functional, tracing_mode="real")(*fake_inputs)
+        traced.graph.eliminate_dead_code()
+        traced.recompile()
     return traced
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    """Whether node writes into an intermediate tensor (writes into graph inputs are the input
+    mutations functionalization keeps on purpose)."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not schema.is_mutable:
+        return False
+    for arg, value in zip(schema.arguments, node.args):
+        written = arg.alias_info is not None and arg.alias_info.is_write
+        if written and isinstance(value, torch.fx.Node) and value.op != "placeholder":
+            return True
+    return False
 
 
 def _aot(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:

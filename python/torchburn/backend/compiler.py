@@ -23,6 +23,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import legalize_graph
 
+from .. import _C
 from . import diagnostics, lowering
 from .diagnostics import GraphRecord, debug, warn_once
 
@@ -230,7 +231,10 @@ def _restride(tensor: torch.Tensor, strides: tuple) -> torch.Tensor:
     if tensor.stride() == strides:
         return tensor
     result = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device)
-    return result.copy_(tensor)
+    if tensor.requires_grad or result.requires_grad:
+        return result.copy_(tensor)
+    _C.copy_into(result, tensor)  # our copy: PyTorch's would wake its OpenMP team (see copy_into)
+    return result
 
 
 def _torch_outputs(target: Callable) -> Callable:

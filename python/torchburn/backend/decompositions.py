@@ -8,6 +8,9 @@ rewritten into the ATen ops they are made of (which torchburn then fuses its own
   attention weights are not requested.
 
 Anything outside those conditions returns ``NotImplemented`` and stays the fused PyTorch op.
+
+PyTorch's own decompositions of a few activations (hardshrink, softshrink, logsigmoid, glu, prelu)
+are applied too, so that they run as native elementwise programs.
 """
 from __future__ import annotations
 
@@ -81,3 +84,18 @@ DECOMPOSITIONS = {
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
     aten._native_multi_head_attention.default: native_multi_head_attention,
 }
+
+# Activations that PyTorch itself decomposes into elementwise ATen ops (torch._decomp), which then fuse
+# natively: hardshrink, softshrink, logsigmoid, glu and prelu, with the backward ops PyTorch has
+# decompositions for.
+_ELEMENTWISE_DECOMPOSED = [
+    aten.hardshrink.default, aten.softshrink.default, aten.log_sigmoid_forward.default,
+    aten.log_sigmoid_backward.default, aten.glu.default, aten.glu_backward.default, aten._prelu_kernel.default,
+    aten._prelu_kernel_backward.default,
+]
+try:
+    from torch._decomp import get_decompositions
+
+    DECOMPOSITIONS.update(get_decompositions(_ELEMENTWISE_DECOMPOSED))
+except ImportError:  # an older torch without the table: those ops stay PyTorch's
+    pass

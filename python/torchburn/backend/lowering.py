@@ -335,4 +335,4 @@ VIEW_TARGETS = {
 }
 
 # the rule modules register themselves into RULES on import
-from . import rules_nn, rules_tensor  # noqa: E402,F401
+from . import rules_eager, rules_nn, rules_tensor  # noqa: E402,F401

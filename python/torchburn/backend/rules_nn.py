@@ -147,13 +147,36 @@ def _batch_norm_backward(b: Builder, n: torch.fx.Node) -> tuple:
 # ---- linear algebra ------------------------------------------------------------------------------
 
 def _addmm_check(n: torch.fx.Node) -> bool:
-    beta = n.kwargs.get("beta", 1)
-    alpha = n.kwargs.get("alpha", 1)
-    return beta == 1 and alpha == 1
+    return all(isinstance(n.kwargs.get(k, 1), (int, float)) for k in ("beta", "alpha"))
+
+
+def _scaled_add(b: Builder, n: torch.fx.Node) -> int:
+    """beta * input + alpha * (b1 @ b2) for addmm/baddbmm with scalars other than 1 (beta 0 ignores
+    input, NaN included, as PyTorch does)."""
+    bias, x, w = n.args[:3]
+    beta, alpha = float(n.kwargs.get("beta", 1)), float(n.kwargs.get("alpha", 1))
+    product = b.add("matmul", [b.value(x), b.value(w)], {})
+    if alpha != 1.0:
+        product = b.add("binary_scalar", [product], {"op": BINARY["mul"], "dtype": "float32", "scalar": alpha})
+    if beta == 0.0:
+        return product
+    bias_v = b.value(bias)
+    if beta != 1.0:
+        bias_v = b.add("binary_scalar", [bias_v], {"op": BINARY["mul"], "dtype": "float32", "scalar": beta})
+    return b.add("binary", [product, bias_v], {"op": BINARY["add"], "dtype": "float32"})
+
+
+@rule(aten.baddbmm.default, check=_addmm_check, dtypes=F32)
+def _baddbmm(b: Builder, n: torch.fx.Node) -> int:
+    if n.kwargs.get("beta", 1) == 1 and n.kwargs.get("alpha", 1) == 1 and b.shape(n.args[0]) == b.shape(n):
+        return b.add("matmul", [b.value(n.args[1]), b.value(n.args[2]), b.value(n.args[0])], {"has_residual": 1})
+    return _scaled_add(b, n)
 
 
 @rule(aten.addmm.default, check=_addmm_check, dtypes=F32)
 def _addmm(b: Builder, n: torch.fx.Node) -> int:
+    if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1:
+        return _scaled_add(b, n)
     bias, x, w = n.args[:3]
     out_shape = b.shape(n)
     bias_shape = b.shape(bias)

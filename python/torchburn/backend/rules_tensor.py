@@ -235,10 +235,26 @@ def _clamp(b: Builder, n: torch.fx.Node) -> int:
     return _unary_with("clamp", b, n, lo=-math.inf if lo is None else float(lo), hi=math.inf if hi is None else float(hi))
 
 
-@rule(aten.elu.default, check=lambda n: all(float(a) == 1.0 for a in n.args[2:4]))
+@rule(aten.elu.default, check=lambda n: all(float(a) == 1.0 for a in n.args[3:4]))
 def _elu(b: Builder, n: torch.fx.Node) -> int:
+    """elu(x, alpha, scale, input_scale) with input_scale 1 (selu: scale * elu(x, alpha))."""
     alpha = float(n.args[1]) if len(n.args) > 1 else 1.0
-    return _unary_with("elu", b, n, alpha=alpha)
+    scale = float(n.args[2]) if len(n.args) > 2 else 1.0
+    out = _unary_with("elu", b, n, alpha=alpha)
+    if scale != 1.0:
+        out = b.add("binary_scalar", [out], {"op": BINARY["mul"], "dtype": b.dtype(n), "scalar": scale})
+    return out
+
+
+@rule(aten.celu.default)
+def _celu(b: Builder, n: torch.fx.Node) -> int:
+    return _unary_with("celu", b, n, alpha=float(n.args[1]) if len(n.args) > 1 else float(n.kwargs.get("alpha", 1.0)))
+
+
+@rule(aten.logit.default, check=lambda n: _float_or_none(n.args[1] if len(n.args) > 1 else n.kwargs.get("eps")))
+def _logit(b: Builder, n: torch.fx.Node) -> int:
+    eps = n.args[1] if len(n.args) > 1 else n.kwargs.get("eps")
+    return _unary_with("logit", b, n, alpha=-1.0 if eps is None else float(eps))
 
 
 @rule(aten.softplus.default)

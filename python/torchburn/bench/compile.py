@@ -243,6 +243,28 @@ def fixed_cost(torch: Any, seconds: float) -> list:
     return rows
 
 
+def grad_on_medians(torch: Any, model: Any, inputs: tuple, expected: Any, inductor: bool, seconds: float) -> dict:
+    """Steady-state medians of forward calls with grad enabled (eager, inductor, torchburn)."""
+    fns = {"eager": model}
+    for backend in (["inductor"] if inductor else []) + ["torchburn"]:
+        torch._dynamo.reset()
+        fn = torch.compile(model, backend=backend)
+        torch.testing.assert_close(fn(*inputs), expected, rtol=1e-3, atol=1e-3)
+        fns[backend] = fn
+    if inductor:  # the reset before torchburn dropped inductor's graph: recompile it next to torchburn's
+        fns["inductor"] = torch.compile(model, backend="inductor")
+        fns["inductor"](*inputs)
+    return interleaved_medians(fns, inputs, seconds)
+
+
+def speed_row(name: str, times: dict) -> list:
+    t_eager, t_burn = times["eager"][1], times["torchburn"][1]
+    t_inductor = times["inductor"][1] if "inductor" in times else float("nan")
+    have = t_inductor == t_inductor
+    return [name, format_time(t_eager), format_time(t_inductor) if have else "-", format_time(t_burn),
+            f"{t_eager / t_burn:.2f}x", f"{t_inductor / t_burn:.2f}x" if have else "-"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchburn.bench compile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -270,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*force disabled by torch.compiler.config.force_disable_caches")
     models = build_models(torch)
     warm_up(torch, not args.no_inductor)
-    rows, overhead_rows, records = [], [], []
+    rows, overhead_rows, grad_rows, records = [], [], [], []
     for name in args.models.split(","):
         make_model, make_inputs = models[name]
         torch.manual_seed(0)
@@ -311,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                 fns["torchburn"] = burn
             times = interleaved_medians(fns, inputs, args.seconds)
             overhead = plan_overhead(torch, model, inputs, min(args.seconds, 0.5))
+        grad_times = grad_on_medians(torch, model, inputs, expected, not args.no_inductor, args.seconds)
+        grad_rows.append(speed_row(name, grad_times))
         t_eager, t_burn = times["eager"][1], times["torchburn"][1]
         t_inductor = times["inductor"][1] if "inductor" in times else float("nan")
         overall = " / ".join(format_time(times[k][0]) for k in ("eager", "inductor", "torchburn") if k in times)
@@ -324,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         record = {"model": name, "eager_s": t_eager, "inductor_s": t_inductor, "torchburn_s": t_burn,
                   "overall_medians_s": {k: v[0] for k, v in times.items()},
                   "compile_inductor_s": inductor_compile, "compile_torchburn_s": burn_compile,
-                  "backend_inductor_s": inductor_backend, "backend_torchburn_s": burn_backend}
+                  "backend_inductor_s": inductor_backend, "backend_torchburn_s": burn_backend,
+                  "grad_on_s": {k: v[1] for k, v in grad_times.items()}}
         if overhead:
             record["overhead"] = overhead
             overhead_rows.append([name, str(overhead["inputs_outputs"]), format_time(overhead["bare_run_s"]),
@@ -351,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     print("(in parentheses: the backend's own share, without Dynamo's graph capture)\n")
     print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor", "all calls",
                  "compile inductor", "compile torchburn", "compile ratio"], rows)
+    print("\ngrad on (the seed's calling style: parameters require grad, no torch.no_grad(), so the compilers")
+    print("build a training graph and save activations for a backward); forward calls only, same medians:\n")
+    print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor"], grad_rows)
     if overhead_rows:
         print("\nper-call overhead of a cached plan: wall time of a call minus the time inside its steps (the plan")
         print("counts it), i.e. importing inputs, allocating and exporting outputs; Dynamo guards = the same for")
