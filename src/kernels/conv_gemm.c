@@ -12,7 +12,7 @@ void tb_conv_gemm_init(tb_conv_gemm *plan, tb_isa isa, int64_t m, int64_t k) {
     plan->microkernel = uk;
     plan->mr = uk->mr;
     plan->nr = uk->nr;
-    plan->kc = uk->kc;
+    plan->kc = tb_gemm_blocking_for(uk).kc;
     plan->m = m;
     plan->k = k;
     plan->m_panels = (m + uk->mr - 1) / uk->mr;

@@ -78,6 +78,28 @@ extern const tb_gemm_microkernel tb_gemm_microkernel_avx2;
 extern const tb_gemm_microkernel tb_gemm_microkernel_avx512;
 #endif
 
+/* Cache blocking used at run time (formulas in gemm_blocking.c and docs/kernels.md): from the CPUID
+ * cache sizes, or the override. source: "cpuid", "table" (no cache facts) or "override". */
+typedef struct tb_gemm_blocking {
+    int64_t mc, kc, nc;
+    const char *source;
+} tb_gemm_blocking;
+tb_gemm_blocking tb_gemm_blocking_for(const tb_gemm_microkernel *uk);
+
+/* Forces mc/kc/nc for every later product (values <= 0: that one back to the computed value; mc and
+ * nc are rounded up to whole register tiles). For tests that must reach every edge path. */
+TB_API void tb_gemm_set_blocking_override(int64_t mc, int64_t kc, int64_t nc);
+
+/* Reads TORCHBURN_GEMM_BLOCKING=mc,kc,nc into the override; a malformed value is an error naming it
+ * (the override then stays unset). Called by the Python extension at import. */
+TB_API tb_status tb_gemm_blocking_init(void);
+
+/* Which kernel each family runs at `isa` on this CPU, as cpu_info() reports it (NUL-terminated). */
+void tb_kernel_variants(tb_isa isa, char gemm_f32[160], char gemm_bf16[96], char conv[160], char qmatmul[64]);
+
+/* The bf16 GEMM variant name at `isa` (gemm_bf16.c). */
+const char *tb_gemm_bf16_variant(tb_isa isa);
+
 /* Portable packers (used when a table leaves pack_a/pack_b NULL; tile sizes passed explicitly). */
 void tb_gemm_pack_a_portable(const float *a, int64_t row_stride, int64_t col_stride, int rows, int64_t kc,
                              int mr, float *a_panel);

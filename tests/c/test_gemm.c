@@ -173,6 +173,62 @@ static gemm_case plain(int64_t m, int64_t n, int64_t k, uint64_t seed) {
     return t;
 }
 
+static void for_each_isa(const gemm_case *t);
+
+/* The blocking computed from CPUID is whole register tiles; the override and its env form replace it
+ * (rounded to whole tiles) and a malformed TORCHBURN_GEMM_BLOCKING is refused with its text named. */
+static void test_blocking_choice(void) {
+    for (int isa = 0; isa < TB_ISA_COUNT; isa++) {
+        const tb_gemm_microkernel *uk = tb_gemm_microkernel_for((tb_isa)isa);
+        tb_gemm_blocking b = tb_gemm_blocking_for(uk);
+        TB_CHECK_MSG(b.mc >= uk->mr && b.mc % uk->mr == 0 && b.nc >= uk->nr && b.nc % uk->nr == 0 && b.kc >= 16,
+                     "%s: blocking mc=%lld kc=%lld nc=%lld", uk->isa_name, (long long)b.mc, (long long)b.kc,
+                     (long long)b.nc);
+        tb_gemm_set_blocking_override(1, 5, 1);
+        b = tb_gemm_blocking_for(uk);
+        TB_CHECK(b.mc == uk->mr && b.kc == 5 && b.nc == uk->nr && strcmp(b.source, "override") == 0);
+        tb_gemm_set_blocking_override(0, 0, 0);
+        TB_CHECK(strcmp(tb_gemm_blocking_for(uk).source, "override") != 0);
+    }
+    setenv("TORCHBURN_GEMM_BLOCKING", "16,x,32", 1);
+    TB_CHECK(tb_gemm_blocking_init() == TB_ERR_INVALID_ARGUMENT);
+    TB_CHECK(strstr(tb_error_message(), "16,x,32") != NULL);
+    setenv("TORCHBURN_GEMM_BLOCKING", "16,0,32", 1);
+    TB_CHECK(tb_gemm_blocking_init() == TB_ERR_INVALID_ARGUMENT);
+    setenv("TORCHBURN_GEMM_BLOCKING", "30,9,70", 1);
+    TB_CHECK(tb_gemm_blocking_init() == TB_OK);
+    TB_CHECK(tb_gemm_blocking_for(tb_gemm_microkernel_for(TB_ISA_SCALAR)).kc == 9);
+    unsetenv("TORCHBURN_GEMM_BLOCKING");
+    tb_gemm_set_blocking_override(0, 0, 0);
+}
+
+/* Odd shapes, strides and epilogues under forced tiny blocks (one register tile per mc/nc block, k
+ * blocks of 1 or 7 with a short last one) and forced huge ones, so every block edge of the loop
+ * nest runs at every ISA. */
+static void test_forced_blocking(uint64_t *seed) {
+    test_blocking_choice();
+    static const int64_t blockings[][3] = {{1, 1, 1}, {1, 7, 1}, {15, 7, 33}, {100000, 4096, 100000}};
+    for (size_t bi = 0; bi < sizeof blockings / sizeof blockings[0]; bi++) {
+        tb_gemm_set_blocking_override(blockings[bi][0], blockings[bi][1], blockings[bi][2]);
+        for (int s = 0; s < 6; s++) {
+            gemm_case t = plain(17 + 13 * s, 33 + 9 * s, s == 0 ? 1 : 129 + 50 * s, (*seed)++);
+            if (blockings[bi][1] == 1)
+                t.k = 3 + s; /* kc = 1: keep the k loop short */
+            t.trans_a = s & 1;
+            t.trans_b = (s >> 1) & 1;
+            t.c_pad = s % 3 * 3;
+            t.beta = s % 3 == 1 ? 1.0f : 0.0f;
+            t.bias_kind = (tb_bias_kind)(s % 3);
+            t.activation = (tb_activation)(s % TB_ACTIVATION_COUNT);
+            t.residual = s % 2 == 0;
+            t.residual_pad = 1;
+            t.batch = s == 4 ? 2 : 1;
+            for_each_isa(&t);
+        }
+    }
+    tb_gemm_set_blocking_override(0, 0, 0);
+}
+
 static void for_each_isa(const gemm_case *t) {
     for (int isa = 0; isa < TB_ISA_COUNT; isa++)
         if (tb_isa_supported((tb_isa)isa))
@@ -383,5 +439,6 @@ int main(void) {
         for_each_isa(&t);
     }
     TB_CHECK(tb_set_num_threads(tb_physical_cores()) == TB_OK);
+    test_forced_blocking(&seed);
     return tb_test_finish("test_gemm");
 }
