@@ -395,7 +395,7 @@ tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa) {
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.d = d;
-    job.uk = tb_gemm_microkernel_for(isa);
+    job.uk = tb_gemm_microkernel_for_precision(isa, d->precision);
     job.blocking = tb_gemm_blocking_for(job.uk);
     job.skip_product = d->k == 0 || d->alpha == 0.0f;
     job.m_tiles = (d->m + job.uk->mr - 1) / job.uk->mr;

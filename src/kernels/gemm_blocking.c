@@ -3,10 +3,10 @@
  * The packed loop nest (gemm.c) keeps one kc x NR B panel in L1 while MR x kc A panels stream past it
  * from L2, an mc x kc A block in L2, and a kc x nc B block in this thread's share of L3. From the
  * cache sizes CPUID reports (tb_cpu_get_features):
- *     kc = floor(2/3 L1d / (4 NR))            to a multiple of 16, within [64, 768]
- *     mc = floor(1/3 L2 / (4 kc))             to a multiple of MR, within [MR, 64 MR]
- *     nc = floor(1/2 (L3 / sharing) / (4 kc)) to a multiple of NR, within [4 NR, 128 NR]
- * where sharing is the number of logical processors CPUID says share the L3. A level CPUID does not
+ *     kc = floor(2/3 L1d / (s NR))            to a multiple of 16, within [64, 1536]
+ *     mc = floor(1/3 L2 / (s kc))             to a multiple of MR, within [MR, 64 MR]
+ *     nc = floor(1/2 (L3 / sharing) / (s kc)) to a multiple of NR, within [4 NR, 128 NR]
+ * where s is the packed element size (4 for f32, 2 for bf16 pairs), sharing is the number of logical processors CPUID says share the L3. A level CPUID does not
  * report keeps the micro-kernel table's constant. TORCHBURN_GEMM_BLOCKING=mc,kc,nc (or the test hook
  * tb_gemm_set_blocking_override) forces the three (rounded to whole register tiles), so tests can
  * drive every edge path with tiny blocks. TORCHBURN_DEBUG=1 logs the choice once per ISA. */
@@ -53,20 +53,21 @@ static int64_t round_up(int64_t value, int64_t multiple) { return (value + multi
 static tb_gemm_blocking from_caches(const tb_gemm_microkernel *uk) {
     const tb_cpu_features *f = tb_cpu_get_features();
     tb_gemm_blocking b = {.mc = uk->mc, .kc = uk->kc, .nc = uk->nc, .source = "table"};
+    int64_t bytes = uk->packed_bytes > 0 ? uk->packed_bytes : 4;
     if (f->l1d.size_bytes > 0) {
-        b.kc = clamp(round_down(f->l1d.size_bytes * 2 / 3 / (4 * (int64_t)uk->nr), 16), 64, 768);
+        b.kc = clamp(round_down(f->l1d.size_bytes * 2 / 3 / (bytes * (int64_t)uk->nr), 16), 64, 1536);
         b.source = "cpuid";
     }
     if (f->l2.size_bytes > 0)
-        b.mc = clamp(round_down(f->l2.size_bytes / 3 / (4 * b.kc), uk->mr), uk->mr, 64 * (int64_t)uk->mr);
+        b.mc = clamp(round_down(f->l2.size_bytes / 3 / (bytes * b.kc), uk->mr), uk->mr, 64 * (int64_t)uk->mr);
     if (f->l3.size_bytes > 0) {
         int64_t share = f->l3.size_bytes / (f->l3.shared_by > 0 ? f->l3.shared_by : 1);
-        b.nc = clamp(round_down(share / 2 / (4 * b.kc), uk->nr), 4 * (int64_t)uk->nr, 128 * (int64_t)uk->nr);
+        b.nc = clamp(round_down(share / 2 / (bytes * b.kc), uk->nr), 4 * (int64_t)uk->nr, 128 * (int64_t)uk->nr);
     }
     return b;
 }
 
-static atomic_bool logged[8];
+static atomic_bool logged[16];
 static atomic_int debug_state = -1; /* TORCHBURN_DEBUG, read once */
 
 static bool debug_enabled(void) {
@@ -88,9 +89,9 @@ tb_gemm_blocking tb_gemm_blocking_for(const tb_gemm_microkernel *uk) {
         b.nc = nc > 0 ? round_up(nc, uk->nr) : b.nc;
         b.source = "override";
     }
-    unsigned slot = (unsigned)(uk->nr + uk->mr) % 8; /* per table; a collision only skips a log line */
+    unsigned slot = (unsigned)(uk->nr + uk->mr + uk->packed_bytes) % 16; /* per table; a collision only skips a line */
     if (debug_enabled() && !atomic_exchange(&logged[slot], true))
-        fprintf(stderr, "[torchburn] gemm f32 %s: micro-kernel %dx%d, blocking mc=%lld kc=%lld nc=%lld (%s; %s)\n",
+        fprintf(stderr, "[torchburn] gemm %s: micro-kernel %dx%d, blocking mc=%lld kc=%lld nc=%lld (%s; %s)\n",
                 uk->isa_name, uk->mr, uk->nr, (long long)b.mc, (long long)b.kc, (long long)b.nc, b.source,
                 tb_cpu_uarch_name());
     return b;

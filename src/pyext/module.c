@@ -85,6 +85,24 @@ static PyObject *py_gemm_set_blocking(PyObject *module, PyObject *args) {
                          "source", b.source);
 }
 
+/* "highest" or "bf16": the precision f32 products run at by default (TORCHBURN_MATMUL_PRECISION). */
+static PyObject *py_set_matmul_precision(PyObject *module, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    if (strcmp(name, "highest") == 0 || strcmp(name, "high") == 0)
+        tb_gemm_set_default_precision(TB_GEMM_PRECISION_HIGHEST);
+    else if (strcmp(name, "medium") == 0 || strcmp(name, "bf16") == 0)
+        tb_gemm_set_default_precision(TB_GEMM_PRECISION_BF16);
+    else
+        return PyErr_Format(PyExc_ValueError, "matmul precision '%s': expected highest, high, medium or bf16", name);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_matmul_precision(PyObject *module, PyObject *unused) {
+    return PyUnicode_FromString(tb_gemm_default_precision() == TB_GEMM_PRECISION_BF16 ? "bf16" : "highest");
+}
+
 static PyObject *py_set_isa(PyObject *module, PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name)
@@ -185,6 +203,9 @@ static PyMethodDef module_functions[] = {
      "probe_read_bandwidth(nbytes, repeats) -> float: measured memory read GB/s on all kernel threads."},
     {"gemm_set_blocking", py_gemm_set_blocking, METH_VARARGS,
      "gemm_set_blocking(mc, kc, nc): force the GEMM cache blocking (0 = from CPUID); returns the blocking in use."},
+    {"set_matmul_precision", py_set_matmul_precision, METH_O,
+     "set_matmul_precision('highest' | 'high' | 'medium' | 'bf16'): the precision of f32 matmuls."},
+    {"get_matmul_precision", py_get_matmul_precision, METH_NOARGS, "'highest' or 'bf16'."},
     {"cpu_info", py_cpu_info, METH_NOARGS, "CPU vendor, brand, features, selected and supported ISAs, cores, threads."},
     {"set_isa", py_set_isa, METH_O, "Forces the kernel ISA ('scalar', 'avx2', 'avx512'); refuses one the CPU lacks."},
     {"memory_stats", py_memory_stats, METH_NOARGS, "Allocator statistics and the count of layout/dtype copies."},
@@ -207,6 +228,8 @@ PyMODINIT_FUNC PyInit__C(void) {
         return NULL;
     }
     status = tb_gemm_blocking_init();
+    if (status == TB_OK)
+        status = tb_gemm_precision_init();
     if (status != TB_OK) {
         tb_py_raise(status);
         return NULL;

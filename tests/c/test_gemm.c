@@ -9,6 +9,7 @@
 #include "kernels/gemm_internal.h"
 #include "tb_test.h"
 #include "torchburn/alloc.h"
+#include "torchburn/dtype.h"
 #include "torchburn/thread_pool.h"
 
 static const int64_t sizes[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 127, 129, 255, 256, 257};
@@ -25,6 +26,7 @@ typedef struct gemm_case {
     tb_activation activation;
     bool residual;
     bool broadcast_b; /* b_batch_stride = 0 */
+    bool bf16;        /* TB_GEMM_PRECISION_BF16: the reference multiplies bf16-rounded A and B */
     uint64_t seed;
 } gemm_case;
 
@@ -96,9 +98,16 @@ static void run_case(const gemm_case *t, tb_isa isa) {
     d.b_batch_stride = t->broadcast_b ? 0 : b_size;
     d.c_batch_stride = c_size;
     d.residual_batch_stride = r_size;
+    d.precision = t->bf16 ? TB_GEMM_PRECISION_BF16 : TB_GEMM_PRECISION_HIGHEST;
     /* isa == TB_ISA_COUNT stands for the library's naive reference, checked like the kernels */
     tb_status status = isa == TB_ISA_COUNT ? tb_gemm_f32_reference(&d) : tb_gemm_f32_isa(&d, isa);
     TB_CHECK_MSG(status == TB_OK, "%s: %s", isa_label(isa), tb_error_message());
+    if (t->bf16) { /* the product the kernel must have computed: of the operands rounded to bf16 */
+        for (int64_t i = 0; i < a_size * batch + 1; i++)
+            a[i] = tb_bf16_to_f32(tb_f32_to_bf16(a[i]));
+        for (int64_t i = 0; i < b_size * (t->broadcast_b ? 1 : batch) + 1; i++)
+            b[i] = tb_bf16_to_f32(tb_f32_to_bf16(b[i]));
+    }
 
     const double eps = 1.0 / (1 << 23);
     int bad = 0;
@@ -200,6 +209,46 @@ static void test_blocking_choice(void) {
     TB_CHECK(tb_gemm_blocking_for(tb_gemm_microkernel_for(TB_ISA_SCALAR)).kc == 9);
     unsetenv("TORCHBURN_GEMM_BLOCKING");
     tb_gemm_set_blocking_override(0, 0, 0);
+}
+
+/* TB_GEMM_PRECISION_BF16 on the AVX512-BF16 kernel: odd sizes (odd k: a half-empty last pair), every
+ * operand layout, k blocks, epilogues, threads, forced tiny blocking; against the double product of
+ * the bf16-rounded operands. Skipped (with the reason) where the CPU has no AVX512-BF16. */
+static void test_bf16_precision(uint64_t *seed) {
+    if (tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_BF16)->packed_bytes != 2) {
+        fprintf(stderr, "test_gemm: bf16 kernel not tested: this CPU has no AVX512-BF16 at the avx512 level\n");
+        return;
+    }
+    static const int64_t shapes[][3] = {{1, 1, 1},   {3, 5, 2},     {14, 32, 32},  {15, 33, 33}, {29, 47, 129},
+                                        {64, 64, 64}, {100, 90, 513}, {7, 300, 1031}, {130, 70, 9}};
+    for (int blocking = 0; blocking < 2; blocking++) {
+        tb_gemm_set_blocking_override(blocking ? 1 : 0, blocking ? 6 : 0, blocking ? 1 : 0);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int layout = 0; layout < 4; layout++) {
+                gemm_case t = plain(shapes[s][0], shapes[s][1], shapes[s][2], (*seed)++);
+                t.bf16 = true;
+                t.trans_a = layout & 1;
+                t.trans_b = layout >> 1;
+                t.c_pad = (int64_t)(s % 3);
+                t.beta = s % 4 == 1 ? 0.5f : 0.0f;
+                t.bias_kind = (tb_bias_kind)(s % 3);
+                t.activation = (tb_activation)((s + (size_t)layout) % TB_ACTIVATION_COUNT);
+                t.residual = s % 2 == 1;
+                t.batch = s == 4 ? 2 : 1;
+                run_case(&t, TB_ISA_AVX512);
+            }
+    }
+    tb_gemm_set_blocking_override(0, 0, 0);
+    gemm_case t = plain(200, 260, 700, (*seed)++); /* several threads' cells */
+    t.bf16 = true;
+    t.trans_b = true;
+    run_case(&t, TB_ISA_AVX512);
+    /* the process default reaches a DEFAULT-precision descriptor (the same kernel) */
+    tb_gemm_set_default_precision(TB_GEMM_PRECISION_BF16);
+    TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_DEFAULT)->packed_bytes == 2);
+    TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_HIGHEST)->packed_bytes != 2);
+    tb_gemm_set_default_precision(TB_GEMM_PRECISION_HIGHEST);
+    TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_DEFAULT)->packed_bytes != 2);
 }
 
 /* Odd shapes, strides and epilogues under forced tiny blocks (one register tile per mc/nc block, k
@@ -440,5 +489,6 @@ int main(void) {
     }
     TB_CHECK(tb_set_num_threads(tb_physical_cores()) == TB_OK);
     test_forced_blocking(&seed);
+    test_bf16_precision(&seed);
     return tb_test_finish("test_gemm");
 }
