@@ -70,7 +70,7 @@ def test_blocking_env_override_and_debug_log():
     done = _run(code, TORCHBURN_GEMM_BLOCKING="20,11,40", TORCHBURN_DEBUG="1")
     assert done.returncode == 0, done.stderr
     assert "kc=11" in done.stdout and "override" in done.stdout
-    log = [line for line in done.stderr.splitlines() if "gemm f32" in line]
+    log = [line for line in done.stderr.splitlines() if "[torchburn] gemm " in line]
     assert len(log) == 1 and "kc=11" in log[0], done.stderr  # logged once, not per call
 
 
@@ -78,3 +78,61 @@ def test_malformed_blocking_env_is_refused_at_import():
     done = _run("import torchburn", TORCHBURN_GEMM_BLOCKING="64,zero,128")
     assert done.returncode != 0
     assert "TORCHBURN_GEMM_BLOCKING" in done.stderr and "64,zero,128" in done.stderr
+
+
+def _has_bf16_kernel():
+    return "vdpbf16ps" in torchburn.cpu_info()["kernels"]["gemm_bf16"]
+
+
+def _bf16_skip_reason():
+    return f"no AVX512-BF16 kernel at ISA {torchburn.cpu_info()['isa']} on this CPU"
+
+
+@pytest.mark.parametrize("shape", [(1, 7, 3), (33, 65, 17), (130, 90, 301), (256, 256, 256)])
+def test_bf16_tensor_matmul_matches_torch(shape):
+    """bf16 x bf16 runs the bf16 kernel (exact: the operands already are bf16 values); torch's CPU
+    bf16 matmul also accumulates in f32 and rounds once, so both are within one bf16 rounding of the
+    double product."""
+    m, n, k = shape
+    g = torch.Generator().manual_seed(m * n + k)
+    a = torch.randn(m, k, generator=g).bfloat16()
+    b = torch.randn(k, n, generator=g).bfloat16()
+    exact = a.double() @ b.double()
+    ours = ops.matmul(a, b)
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.double(), exact.bfloat16().double(), rtol=1.6e-2, atol=1e-5 * k)
+    torch.testing.assert_close(ours, torch.mm(a, b), rtol=1.6e-2, atol=1e-2)
+    w = torch.randn(n, k, generator=g).bfloat16()
+    lin = ops.linear(a, w)
+    torch.testing.assert_close(lin, torch.nn.functional.linear(a, w), rtol=1.6e-2, atol=1e-2)
+
+
+def test_matmul_precision_bf16_rounds_operands_once():
+    """TORCHBURN_MATMUL_PRECISION=bf16 (here through the setter): f32 operands rounded to bf16 and the
+    products accumulated in f32 — equal to the f32 product of the rounded operands, which differs
+    from the f32 product of the originals (so the opt-in really took effect)."""
+    if not _has_bf16_kernel():
+        pytest.skip(_bf16_skip_reason())
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(150, 333, generator=g), torch.randn(333, 97, generator=g)
+    rounded = (a.bfloat16().double() @ b.bfloat16().double()).float()
+    assert _C.get_matmul_precision() == "highest"
+    try:
+        _C.set_matmul_precision("medium")
+        assert _C.get_matmul_precision() == "bf16"
+        low = ops.matmul(a, b)
+        low_t = ops.matmul(a.t().contiguous().t(), b.t().contiguous().t())  # column-major operands
+    finally:
+        _C.set_matmul_precision("highest")
+    torch.testing.assert_close(low, rounded, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(low_t, rounded, rtol=1e-5, atol=1e-4)
+    assert (ops.matmul(a, b) - rounded).abs().max() > 1e-3  # the default (highest) does not round
+    with pytest.raises(ValueError, match="tf32"):
+        _C.set_matmul_precision("tf32")
+
+
+def test_matmul_precision_env_is_validated():
+    done = _run("import torchburn", TORCHBURN_MATMUL_PRECISION="fast")
+    assert done.returncode != 0 and "TORCHBURN_MATMUL_PRECISION" in done.stderr and "fast" in done.stderr
+    done = _run("from torchburn import _C; print(_C.get_matmul_precision())", TORCHBURN_MATMUL_PRECISION="medium")
+    assert done.returncode == 0 and done.stdout.strip() == "bf16", done.stderr
