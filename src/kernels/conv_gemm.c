@@ -6,13 +6,14 @@
 
 #include "kernels/conv_gemm.h"
 #include "kernels/gemm_internal.h"
+#include "torchburn/thread_pool.h"
 
 void tb_conv_gemm_init(tb_conv_gemm *plan, tb_isa isa, int64_t m, int64_t k) {
     const tb_gemm_microkernel *uk = tb_gemm_microkernel_for(isa);
     plan->microkernel = uk;
     plan->mr = uk->mr;
     plan->nr = uk->nr;
-    plan->kc = uk->kc;
+    plan->kc = tb_gemm_blocking_for(uk).kc;
     plan->m = m;
     plan->k = k;
     plan->m_panels = (m + uk->mr - 1) / uk->mr;
@@ -21,17 +22,55 @@ void tb_conv_gemm_init(tb_conv_gemm *plan, tb_isa isa, int64_t m, int64_t k) {
 
 int64_t tb_conv_gemm_weight_floats(const tb_conv_gemm *plan) { return plan->m_panels * plan->mr * plan->k; }
 
-/* One NR x K panel plus TB_PANEL_SLACK floats that the SIMD im2col may overrun with whole vectors. */
-int64_t tb_conv_gemm_scratch_floats(const tb_conv_gemm *plan) {
-    return plan->nr * (plan->k > 0 ? plan->k : 1) + TB_PANEL_SLACK;
+/* Column panels im2col'd together: each weight panel's k block then serves all of them from L1 while
+ * their k blocks sit in L2, so the weights stream once per group instead of once per panel. Up to
+ * CONV_GROUP_PANELS, with the group's panels within CONV_GROUP_BYTES. */
+enum { CONV_GROUP_PANELS = 8 };
+#define CONV_GROUP_BYTES ((int64_t)4 << 20)
+
+static int64_t group_panels(const tb_conv_gemm *plan) {
+    int64_t panel_bytes = (int64_t)plan->nr * (plan->k > 0 ? plan->k : 1) * (int64_t)sizeof(float);
+    int64_t count = CONV_GROUP_BYTES / panel_bytes;
+    return count < 1 ? 1 : count > CONV_GROUP_PANELS ? CONV_GROUP_PANELS : count;
 }
 
-void tb_conv_gemm_pack_weight(const tb_conv_gemm *plan, const float *w, float *packed) {
-    for (int64_t panel = 0; panel < plan->m_panels; panel++) {
+/* A group of NR x K panels plus TB_PANEL_SLACK floats that the SIMD im2col may overrun with whole vectors. */
+int64_t tb_conv_gemm_scratch_floats(const tb_conv_gemm *plan) {
+    return group_panels(plan) * plan->nr * (plan->k > 0 ? plan->k : 1) + TB_PANEL_SLACK;
+}
+
+typedef struct pack_job {
+    const tb_conv_gemm *plan;
+    const float *w;
+    float *packed;
+} pack_job;
+
+static void pack_panels(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const pack_job *job = context;
+    const tb_conv_gemm *plan = job->plan;
+    const tb_gemm_microkernel *uk = plan->microkernel;
+    for (int64_t panel = begin; panel < end; panel++) {
         int64_t row0 = panel * plan->mr;
         int rows = (int)(plan->m - row0 < plan->mr ? plan->m - row0 : plan->mr);
-        tb_gemm_pack_a_portable(w + row0 * plan->k, plan->k, 1, rows, plan->k, plan->mr, packed + row0 * plan->k);
+        const float *src = job->w + row0 * plan->k;
+        float *dst = job->packed + row0 * plan->k;
+        if (uk->pack_a) /* the ISA's transposing packer: about memory speed */
+            uk->pack_a(src, plan->k, 1, rows, plan->k, dst);
+        else
+            tb_gemm_pack_a_portable(src, plan->k, 1, rows, plan->k, plan->mr, dst);
     }
+}
+
+/* Panels over the thread pool when the weight is large (a ResNet stage-4 weight is 9 MiB, packed
+ * on every call), inline otherwise or inside a parallel region. */
+void tb_conv_gemm_pack_weight(const tb_conv_gemm *plan, const float *w, float *packed) {
+    pack_job job = {.plan = plan, .w = w, .packed = packed};
+    int64_t floats = plan->m_panels * plan->mr * plan->k;
+    if (floats >= (1 << 18) && !tb_in_parallel_region())
+        tb_parallel_for(plan->m_panels, 1, pack_panels, &job);
+    else
+        pack_panels(&job, 0, plan->m_panels, 0);
 }
 
 void tb_conv_gemm_run(const tb_conv_gemm *plan, const float *packed_weight, const tb_window_geometry *g,
@@ -41,34 +80,42 @@ void tb_conv_gemm_run(const tb_conv_gemm *plan, const float *packed_weight, cons
     const int mr = plan->mr, nr = plan->nr;
     const int64_t k = plan->k, m = plan->m;
     bool has_epilogue = bias || activation != TB_ACTIVATION_NONE || residual;
-    for (int64_t j0 = col_begin; j0 < col_end; j0 += nr) {
-        int cols = (int)(col_end - j0 < nr ? col_end - j0 : nr);
-        /* im2col of these columns, written as one k-major B panel; all weight panels then run over it
-         * while it sits in L1 */
-        float *panel = scratch;
-        plan->im2col_panel(g, x, j0, cols, nr, panel);
+    const int64_t panel_floats = (int64_t)nr * (k > 0 ? k : 1), group = group_panels(plan);
+    for (int64_t g0 = col_begin; g0 < col_end; g0 += group * nr) {
+        int64_t g1 = g0 + group * nr < col_end ? g0 + group * nr : col_end;
+        int64_t panels = (g1 - g0 + nr - 1) / nr;
+        /* im2col of the group's columns, one k-major B panel each */
+        for (int64_t q = 0; q < panels; q++) {
+            int64_t j0 = g0 + q * nr;
+            plan->im2col_panel(g, x, j0, (int)(g1 - j0 < nr ? g1 - j0 : nr), nr, scratch + q * panel_floats);
+        }
         for (int64_t p0 = 0; p0 < k || p0 == 0; p0 += plan->kc) {
             int64_t kcur = k - p0 < plan->kc ? k - p0 : plan->kc;
             bool first = p0 == 0, last = p0 + kcur >= k;
             for (int64_t panel_index = 0; panel_index < plan->m_panels; panel_index++) {
                 int64_t row0 = panel_index * mr;
                 int rows = (int)(m - row0 < mr ? m - row0 : mr);
-                float *c = y + row0 * ldy + j0;
-                if (kcur > 0)
-                    uk->kernel(kcur, packed_weight + row0 * k + p0 * mr, panel + p0 * nr, c, ldy, rows, cols, 1.0f,
-                               first ? 0.0f : 1.0f);
-                else
-                    for (int i = 0; i < rows; i++)
-                        memset(c + i * ldy, 0, (size_t)cols * sizeof(float));
-                if (last && has_epilogue) {
-                    tb_gemm_epilogue e = {
-                        .bias_kind = bias ? TB_BIAS_PER_ROW : TB_BIAS_NONE,
-                        .bias = bias ? bias + row0 : NULL,
-                        .activation = activation,
-                        .residual = residual ? residual + row0 * ldy + j0 : NULL,
-                        .residual_row_stride = ldy,
-                    };
-                    uk->epilogue(c, ldy, rows, cols, &e);
+                for (int64_t q = 0; q < panels; q++) {
+                    int64_t j0 = g0 + q * nr;
+                    int cols = (int)(g1 - j0 < nr ? g1 - j0 : nr);
+                    const float *panel = scratch + q * panel_floats;
+                    float *c = y + row0 * ldy + j0;
+                    if (kcur > 0)
+                        uk->kernel(kcur, packed_weight + row0 * k + p0 * mr, panel + p0 * nr, c, ldy, rows, cols,
+                                   1.0f, first ? 0.0f : 1.0f);
+                    else
+                        for (int i = 0; i < rows; i++)
+                            memset(c + i * ldy, 0, (size_t)cols * sizeof(float));
+                    if (last && has_epilogue) {
+                        tb_gemm_epilogue e = {
+                            .bias_kind = bias ? TB_BIAS_PER_ROW : TB_BIAS_NONE,
+                            .bias = bias ? bias + row0 : NULL,
+                            .activation = activation,
+                            .residual = residual ? residual + row0 * ldy + j0 : NULL,
+                            .residual_row_stride = ldy,
+                        };
+                        uk->epilogue(c, ldy, rows, cols, &e);
+                    }
                 }
             }
             if (k == 0)

@@ -4,7 +4,8 @@
  * no second packing pass) and the GEMM epilogue (per-row bias, activation, residual) applied while
  * each tile is in L1. Weights are packed once per call into the micro-kernel's A panels.
  *
- * Single-threaded; never allocates (the caller sizes and owns the packed weights and the scratch). */
+ * tb_conv_gemm_run is single-threaded; weight packing uses the thread pool for large weights (inline
+ * inside a parallel region). Never allocates (the caller sizes and owns the packed weights and scratch). */
 #ifndef TORCHBURN_KERNELS_CONV_GEMM_H
 #define TORCHBURN_KERNELS_CONV_GEMM_H
 
@@ -26,7 +27,8 @@ typedef struct tb_conv_gemm {
 /* Chooses the micro-kernel of `isa` (the reference one when not compiled in) for an m x k weight. */
 void tb_conv_gemm_init(tb_conv_gemm *plan, tb_isa isa, int64_t m, int64_t k);
 
-/* Floats of one group's packed weights, and of the per-thread B-panel scratch (one NR x K panel). */
+/* Floats of one group's packed weights, and of the per-thread B-panel scratch (a group of up to 8
+ * NR x K panels, at most 4 MiB unless one panel is larger). */
 int64_t tb_conv_gemm_weight_floats(const tb_conv_gemm *plan);
 int64_t tb_conv_gemm_scratch_floats(const tb_conv_gemm *plan);
 

@@ -120,6 +120,7 @@ tb_status tb_kernel_scratch(tb_scratch_slot slot, size_t bytes, float **out) {
 typedef struct gemm_job {
     const tb_gemm_desc *d;
     const tb_gemm_microkernel *uk;
+    tb_gemm_blocking blocking; /* mc/kc/nc for this CPU (gemm_blocking.c) */
     bool skip_product; /* k == 0 or alpha == 0: C = beta * C, then the epilogue */
     int64_t m_tiles, n_tiles; /* register tiles along M and N */
     int64_t grid_m, grid_n;   /* cells per batch entry */
@@ -192,9 +193,10 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
     /* Block sizes: never larger than this cell needs, rounded to whole register tiles; a k that is a
      * little above kc is split into two similar blocks rather than a full one plus a sliver. */
     int64_t rows_total = m1 - m0, cols_total = n1 - n0;
-    int64_t mc = uk->mc < rows_total ? uk->mc : (rows_total + mr - 1) / mr * mr;
-    int64_t nc = uk->nc < cols_total ? uk->nc : (cols_total + nr - 1) / nr * nr;
-    int64_t k_blocks = (d->k + uk->kc - 1) / uk->kc;
+    const tb_gemm_blocking *bl = &job->blocking;
+    int64_t mc = bl->mc < rows_total ? bl->mc : (rows_total + mr - 1) / mr * mr;
+    int64_t nc = bl->nc < cols_total ? bl->nc : (cols_total + nr - 1) / nr * nr;
+    int64_t k_blocks = (d->k + bl->kc - 1) / bl->kc;
     int64_t kc = (d->k + k_blocks - 1) / k_blocks;
 
     float *a_packed = NULL;
@@ -393,7 +395,8 @@ tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa) {
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.d = d;
-    job.uk = tb_gemm_microkernel_for(isa);
+    job.uk = tb_gemm_microkernel_for_precision(isa, d->precision);
+    job.blocking = tb_gemm_blocking_for(job.uk);
     job.skip_product = d->k == 0 || d->alpha == 0.0f;
     job.m_tiles = (d->m + job.uk->mr - 1) / job.uk->mr;
     job.n_tiles = (d->n + job.uk->nr - 1) / job.uk->nr;

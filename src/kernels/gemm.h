@@ -32,6 +32,25 @@ typedef enum tb_bias_kind {
     TB_BIAS_PER_ROW,    /* bias[m] (convolution as GEMM with output channels as rows) */
 } tb_bias_kind;
 
+/* Internal precision of an f32 product (like torch.set_float32_matmul_precision):
+ *   DEFAULT: the process setting (tb_gemm_set_default_precision / TORCHBURN_MATMUL_PRECISION)
+ *   HIGHEST: f32 multiply-adds
+ *   BF16:    A and B rounded to bfloat16 (nearest even), products accumulated in f32; exact for
+ *            operands that already are bf16 values. Used where the CPU has AVX512-BF16, else f32. */
+typedef enum tb_gemm_precision {
+    TB_GEMM_PRECISION_DEFAULT = 0,
+    TB_GEMM_PRECISION_HIGHEST,
+    TB_GEMM_PRECISION_BF16,
+} tb_gemm_precision;
+
+/* The process-wide precision DEFAULT resolves to (initially HIGHEST). */
+TB_API void tb_gemm_set_default_precision(tb_gemm_precision precision);
+TB_API tb_gemm_precision tb_gemm_default_precision(void);
+
+/* Reads TORCHBURN_MATMUL_PRECISION: highest | high (both f32: there is no TF32 on CPUs) | medium | bf16
+ * (both bf16); anything else is an error naming the value. Called by the Python extension at import. */
+TB_API TB_NODISCARD tb_status tb_gemm_precision_init(void);
+
 typedef struct tb_gemm_desc {
     int64_t m, n, k;
     const float *a; /* A[i, p] = a[i * a_row_stride + p * a_col_stride] */
@@ -50,6 +69,7 @@ typedef struct tb_gemm_desc {
     /* batch: `batch` independent products; pointer offsets per batch entry (elements) */
     int64_t batch;
     int64_t a_batch_stride, b_batch_stride, c_batch_stride, residual_batch_stride;
+    tb_gemm_precision precision; /* 0 (DEFAULT): the process setting */
 } tb_gemm_desc;
 
 /* Runs the product at the active ISA (or the given one with _isa). k == 0 gives the epilogue of zero.

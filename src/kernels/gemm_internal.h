@@ -62,6 +62,7 @@ typedef void (*tb_gemm_small_m_fn)(int rows, int64_t cols, int64_t k, const floa
 typedef struct tb_gemm_microkernel {
     const char *isa_name;
     int mr, nr;        /* register tile */
+    int packed_bytes;  /* bytes per packed A/B element (0: 4, f32; 2: bf16 pairs) */
     int64_t kc;        /* k block: a kc x NR B panel stays in L1 while A panels stream from L2 */
     int64_t mc;        /* rows of A packed at once (multiple of mr): an mc x kc block sits in L2 */
     int64_t nc;        /* columns of B packed at once (multiple of nr) */
@@ -76,7 +77,36 @@ extern const tb_gemm_microkernel tb_gemm_microkernel_ref;
 #if defined(TB_HAVE_X86)
 extern const tb_gemm_microkernel tb_gemm_microkernel_avx2;
 extern const tb_gemm_microkernel tb_gemm_microkernel_avx512;
+extern const tb_gemm_microkernel tb_gemm_microkernel_avx512_bf16; /* needs AVX512-BF16 */
+void tb_gemm_epilogue_avx512(float *c, int64_t c_row_stride, int rows, int cols, const tb_gemm_epilogue *e);
 #endif
+
+/* Cache blocking used at run time (formulas in gemm_blocking.c and docs/kernels.md): from the CPUID
+ * cache sizes, or the override. source: "cpuid", "table" (no cache facts) or "override". */
+typedef struct tb_gemm_blocking {
+    int64_t mc, kc, nc;
+    const char *source;
+} tb_gemm_blocking;
+tb_gemm_blocking tb_gemm_blocking_for(const tb_gemm_microkernel *uk);
+
+/* Forces mc/kc/nc for every later product (values <= 0: that one back to the computed value; mc and
+ * nc are rounded up to whole register tiles). For tests that must reach every edge path. */
+TB_API void tb_gemm_set_blocking_override(int64_t mc, int64_t kc, int64_t nc);
+
+/* Reads TORCHBURN_GEMM_BLOCKING=mc,kc,nc into the override; a malformed value is an error naming it
+ * (the override then stays unset). Called by the Python extension at import. */
+TB_API tb_status tb_gemm_blocking_init(void);
+
+/* Which kernel each family runs at `isa` on this CPU, as cpu_info() reports it (NUL-terminated). */
+void tb_kernel_variants(tb_isa isa, char gemm_f32[160], char gemm_bf16[96], char conv[160], char qmatmul[64]);
+
+/* The bf16 GEMM variant name at `isa` (gemm_bf16.c). */
+const char *tb_gemm_bf16_variant(tb_isa isa);
+
+/* The micro-kernel table for a product at `isa` and `precision` (TB_GEMM_PRECISION_DEFAULT resolved
+ * to the process setting): the bf16 table where bf16 is asked for and the CPU has AVX512-BF16 at the
+ * AVX-512 level, else tb_gemm_microkernel_for(isa) (f32: bf16 precision permits, never demands). */
+const tb_gemm_microkernel *tb_gemm_microkernel_for_precision(tb_isa isa, tb_gemm_precision precision);
 
 /* Portable packers (used when a table leaves pack_a/pack_b NULL; tile sizes passed explicitly). */
 void tb_gemm_pack_a_portable(const float *a, int64_t row_stride, int64_t col_stride, int rows, int64_t kc,

@@ -31,6 +31,7 @@ typedef struct conv_job {
     tb_conv_gemm plan;           /* the packed GEMM path */
     const float *packed_weight;  /* groups x tb_conv_gemm_weight_floats */
     int64_t tile, tiles;         /* output columns per task; tasks per (image, group) */
+    int64_t m_rows, m_parts;     /* packed path: output channels per task (whole register tiles), parts */
     tb_nn_failure failure;
 } conv_job;
 
@@ -47,15 +48,22 @@ static void conv_packed_tasks(void *context, int64_t begin, int64_t end, int thr
     }
     int64_t weight_floats = tb_conv_gemm_weight_floats(&job->plan);
     for (int64_t task = begin; task < end; task++) {
-        int64_t tile = task % job->tiles;
-        int64_t g = (task / job->tiles) % s->groups;
-        int64_t n = task / (job->tiles * s->groups);
+        int64_t part = task % job->m_parts, rest = task / job->m_parts;
+        int64_t tile = rest % job->tiles;
+        int64_t g = (rest / job->tiles) % s->groups;
+        int64_t n = rest / (job->tiles * s->groups);
         int64_t c0 = tile * job->tile, c1 = c0 + job->tile < spatial ? c0 + job->tile : spatial;
         const float *x = job->x + (n * s->in_channels + g * s->in_per_group) * s->in_h * s->in_w;
-        int64_t offset = (n * s->out_channels + g * s->out_per_group) * spatial;
-        tb_conv_gemm_run(&job->plan, job->packed_weight + g * weight_floats, &s->geometry, x, c0, c1, scratch,
-                         job->y + offset, spatial, job->bias ? job->bias + g * s->out_per_group : NULL,
-                         job->activation, job->residual ? job->residual + offset : NULL);
+        /* rows [row0, row0 + plan.m) of the group: a plan over whole register tiles of the packed weight */
+        int64_t row0 = part * job->m_rows;
+        tb_conv_gemm plan = job->plan;
+        plan.m = s->out_per_group - row0 < job->m_rows ? s->out_per_group - row0 : job->m_rows;
+        plan.m_panels = (plan.m + plan.mr - 1) / plan.mr;
+        int64_t offset = (n * s->out_channels + g * s->out_per_group + row0) * spatial;
+        tb_conv_gemm_run(&plan, job->packed_weight + g * weight_floats + row0 * s->k, &s->geometry, x, c0, c1,
+                         scratch, job->y + offset, spatial,
+                         job->bias ? job->bias + g * s->out_per_group + row0 : NULL, job->activation,
+                         job->residual ? job->residual + offset : NULL);
     }
 }
 
@@ -184,6 +192,14 @@ static tb_status conv_run(conv_job *job) {
                   s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS &&
                   s->out_w >= kernels->conv_direct_lanes * 3 / 4 && !(s->groups > 1 && s->in_per_group == 1);
     if (direct) {
+        /* the direct path splits only columns: when that leaves threads idle (batch 1, small planes,
+         * many channels) the packed path, which also splits output channels, wins */
+        int64_t lanes = kernels->conv_direct_lanes, tile, tiles;
+        choose_tiles(s, s->out_h * ((s->out_w + lanes - 1) / lanes), CONV_MIN_SLOTS, 2, &tile, &tiles);
+        if (s->batch * s->groups * tiles < tb_num_threads() && s->out_per_group >= 64)
+            direct = false;
+    }
+    if (direct) {
         int64_t lanes = kernels->conv_direct_lanes;
         job->direct = kernels->conv_direct;
         job->slots = s->out_h * ((s->out_w + lanes - 1) / lanes);
@@ -208,7 +224,15 @@ static tb_status conv_run(conv_job *job) {
         tb_tensor packed = {0};
         TB_TRY(pack_weights(job, &packed));
         choose_tiles(s, spatial, CONV_MIN_TILE, job->plan.nr, &job->tile, &job->tiles);
-        tb_parallel_for(s->batch * s->groups * job->tiles, 1, conv_packed_tasks, job);
+        /* few column tasks (batch 1, small late-stage planes): also split the output channels, so every
+         * thread works and each streams only its part of the weight */
+        int64_t column_tasks = s->batch * s->groups * job->tiles, threads = tb_num_threads();
+        int64_t parts = column_tasks >= threads ? 1 : (threads + column_tasks - 1) / column_tasks;
+        if (parts > job->plan.m_panels)
+            parts = job->plan.m_panels;
+        job->m_rows = (job->plan.m_panels + parts - 1) / parts * job->plan.mr;
+        job->m_parts = (s->out_per_group + job->m_rows - 1) / job->m_rows;
+        tb_parallel_for(column_tasks * job->m_parts, 1, conv_packed_tasks, job);
         tb_tensor_release(&packed);
     }
     tb_status status = (tb_status)atomic_load(&job->failure.status);

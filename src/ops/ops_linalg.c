@@ -18,7 +18,9 @@ static tb_status stage(const tb_tensor *x, const char *what, tb_tensor *out) {
 
 /* ---- matmul ---- */
 
-static tb_status matmul_f32(const tb_tensor *a, const tb_tensor *b, tb_tensor *result) {
+/* precision: TB_GEMM_PRECISION_BF16 when both operands were bf16 (their f32 widening is exact, so the
+ * bf16 kernel computes the same products), else DEFAULT. */
+static tb_status matmul_f32(const tb_tensor *a, const tb_tensor *b, tb_gemm_precision precision, tb_tensor *result) {
     /* a [..., M, K], b [..., K, N], both >= 2-D here */
     int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
     int64_t kb = b->shape[b->ndim - 2], n = b->shape[b->ndim - 1];
@@ -47,6 +49,7 @@ static tb_status matmul_f32(const tb_tensor *a, const tb_tensor *b, tb_tensor *r
     desc.m = m;
     desc.n = n;
     desc.k = k;
+    desc.precision = precision;
     desc.alpha = 1.0f;
     desc.beta = 0.0f;
     desc.c_row_stride = n;
@@ -120,7 +123,10 @@ tb_status tb_op_matmul(const tb_tensor *a_in, const tb_tensor *b_in, tb_tensor *
     if (status == TB_OK)
         status = b_vector ? tb_tensor_unsqueeze(&b, -1, &b2) : (tb_tensor_retain(&b, &b2), TB_OK);
     if (status == TB_OK)
-        status = matmul_f32(&a2, &b2, &result);
+        status = matmul_f32(&a2, &b2,
+                            a_in->dtype == TB_BF16 && b_in->dtype == TB_BF16 ? TB_GEMM_PRECISION_BF16
+                                                                             : TB_GEMM_PRECISION_DEFAULT,
+                            &result);
     if (status == TB_OK && (a_vector || b_vector)) {
         /* drop the helper dims: [..., 1, N] -> [..., N], [..., M, 1] -> [..., M] */
         int64_t shape[TB_MAX_DIMS];
@@ -194,6 +200,8 @@ tb_status tb_op_linear(const tb_tensor *x_in, const tb_tensor *weight_in, const 
     }
     if (status == TB_OK && x2.shape[0] > 0 && n > 0) {
         tb_gemm_desc desc = {0};
+        if (x_in->dtype == TB_BF16 && weight_in->dtype == TB_BF16) /* exact in bf16: the bf16 kernel */
+            desc.precision = TB_GEMM_PRECISION_BF16;
         desc.m = x2.shape[0];
         desc.n = n;
         desc.k = k;

@@ -6,6 +6,7 @@
 #include "torchburn/engine.h"
 #include "torchburn/probe.h"
 #include "torchburn/thread_pool.h"
+#include "kernels/gemm_internal.h"
 
 static int add_bool(PyObject *dict, const char *key, int value) {
     PyObject *item = PyBool_FromLong(value);
@@ -23,7 +24,9 @@ static PyObject *py_cpu_info(PyObject *module, PyObject *unused) {
         {"sse4_2", f->sse42}, {"avx", f->avx}, {"avx2", f->avx2}, {"fma", f->fma}, {"f16c", f->f16c},
         {"bmi2", f->bmi2}, {"avx512f", f->avx512f}, {"avx512bw", f->avx512bw}, {"avx512vl", f->avx512vl},
         {"avx512dq", f->avx512dq}, {"avx512_vnni", f->avx512vnni}, {"avx512_bf16", f->avx512bf16},
-        {"avx_vnni", f->avx_vnni}, {"amx_int8", f->amx_int8}, {"neon", f->neon}, {"asimd_dotprod", f->asimd_dotprod},
+        {"avx512_fp16", f->avx512fp16}, {"avx_vnni", f->avx_vnni}, {"amx_tile", f->amx_tile},
+        {"amx_bf16", f->amx_bf16}, {"amx_int8", f->amx_int8}, {"amx_os_enabled", f->amx_os}, {"neon", f->neon},
+        {"asimd_dotprod", f->asimd_dotprod},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         if (add_bool(features, flags[i].name, flags[i].value) != 0) {
@@ -39,11 +42,65 @@ static PyObject *py_cpu_info(PyObject *module, PyObject *unused) {
             Py_XDECREF(name);
         }
     }
-    PyObject *result = Py_BuildValue("{s:s,s:s,s:N,s:s,s:s,s:N,s:i,s:i}", "vendor", f->vendor, "brand", f->brand,
-                                     "features", features, "isa", tb_isa_name(tb_isa_active()), "best_isa",
-                                     tb_isa_name(tb_isa_best()), "supported_isas", supported, "physical_cores",
-                                     tb_physical_cores(), "num_threads", tb_num_threads());
+    const tb_cache_level *levels[3] = {&f->l1d, &f->l2, &f->l3};
+    PyObject *caches = PyDict_New();
+    static const char *const level_names[3] = {"l1d", "l2", "l3"};
+    for (int i = 0; caches && i < 3; i++) {
+        PyObject *level = Py_BuildValue("{s:L,s:i,s:i,s:i}", "size_bytes", (long long)levels[i]->size_bytes,
+                                        "line_bytes", levels[i]->line_bytes, "ways", levels[i]->ways, "shared_by",
+                                        levels[i]->shared_by);
+        if (!level || PyDict_SetItemString(caches, level_names[i], level) != 0)
+            Py_CLEAR(caches);
+        Py_XDECREF(level);
+    }
+    tb_isa isa = tb_isa_active();
+    char gemm_f32[160], gemm_bf16[96], conv[160], qmatmul[64];
+    tb_kernel_variants(isa, gemm_f32, gemm_bf16, conv, qmatmul);
+    PyObject *kernels = Py_BuildValue("{s:s,s:s,s:s,s:s}", "gemm_f32", gemm_f32, "gemm_bf16", gemm_bf16, "conv", conv,
+                                      "int8_qmatmul", qmatmul);
+    if (!supported || !caches || !kernels) {
+        Py_XDECREF(features);
+        Py_XDECREF(supported);
+        Py_XDECREF(caches);
+        Py_XDECREF(kernels);
+        return NULL;
+    }
+    PyObject *result = Py_BuildValue(
+        "{s:s,s:s,s:N,s:s,s:s,s:N,s:i,s:i,s:I,s:I,s:I,s:s,s:N,s:N}", "vendor", f->vendor, "brand", f->brand,
+        "features", features, "isa", tb_isa_name(isa), "best_isa", tb_isa_name(tb_isa_best()), "supported_isas",
+        supported, "physical_cores", tb_physical_cores(), "num_threads", tb_num_threads(), "family", f->family,
+        "model", f->model, "stepping", f->stepping, "microarchitecture", tb_cpu_uarch_name(), "caches", caches,
+        "kernels", kernels);
     return result;
+}
+
+/* Test hook: forces the GEMM cache blocking (0 = computed from CPUID); see kernels/gemm_blocking.c. */
+static PyObject *py_gemm_set_blocking(PyObject *module, PyObject *args) {
+    long long mc, kc, nc;
+    if (!PyArg_ParseTuple(args, "LLL", &mc, &kc, &nc))
+        return NULL;
+    tb_gemm_set_blocking_override(mc, kc, nc);
+    tb_gemm_blocking b = tb_gemm_blocking_for(tb_gemm_microkernel_for(tb_isa_active()));
+    return Py_BuildValue("{s:L,s:L,s:L,s:s}", "mc", (long long)b.mc, "kc", (long long)b.kc, "nc", (long long)b.nc,
+                         "source", b.source);
+}
+
+/* "highest" or "bf16": the precision f32 products run at by default (TORCHBURN_MATMUL_PRECISION). */
+static PyObject *py_set_matmul_precision(PyObject *module, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    if (strcmp(name, "highest") == 0 || strcmp(name, "high") == 0)
+        tb_gemm_set_default_precision(TB_GEMM_PRECISION_HIGHEST);
+    else if (strcmp(name, "medium") == 0 || strcmp(name, "bf16") == 0)
+        tb_gemm_set_default_precision(TB_GEMM_PRECISION_BF16);
+    else
+        return PyErr_Format(PyExc_ValueError, "matmul precision '%s': expected highest, high, medium or bf16", name);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_matmul_precision(PyObject *module, PyObject *unused) {
+    return PyUnicode_FromString(tb_gemm_default_precision() == TB_GEMM_PRECISION_BF16 ? "bf16" : "highest");
 }
 
 static PyObject *py_set_isa(PyObject *module, PyObject *arg) {
@@ -144,6 +201,11 @@ static PyMethodDef module_functions[] = {
      "probe_peak_gflops(isa, seconds) -> float: measured f32 FMA peak on all kernel threads."},
     {"probe_read_bandwidth", (PyCFunction)(void (*)(void))py_probe_read_bandwidth, METH_FASTCALL,
      "probe_read_bandwidth(nbytes, repeats) -> float: measured memory read GB/s on all kernel threads."},
+    {"gemm_set_blocking", py_gemm_set_blocking, METH_VARARGS,
+     "gemm_set_blocking(mc, kc, nc): force the GEMM cache blocking (0 = from CPUID); returns the blocking in use."},
+    {"set_matmul_precision", py_set_matmul_precision, METH_O,
+     "set_matmul_precision('highest' | 'high' | 'medium' | 'bf16'): the precision of f32 matmuls."},
+    {"get_matmul_precision", py_get_matmul_precision, METH_NOARGS, "'highest' or 'bf16'."},
     {"cpu_info", py_cpu_info, METH_NOARGS, "CPU vendor, brand, features, selected and supported ISAs, cores, threads."},
     {"set_isa", py_set_isa, METH_O, "Forces the kernel ISA ('scalar', 'avx2', 'avx512'); refuses one the CPU lacks."},
     {"memory_stats", py_memory_stats, METH_NOARGS, "Allocator statistics and the count of layout/dtype copies."},
@@ -161,6 +223,13 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__C(void) {
     tb_status status = tb_isa_init();
+    if (status != TB_OK) {
+        tb_py_raise(status);
+        return NULL;
+    }
+    status = tb_gemm_blocking_init();
+    if (status == TB_OK)
+        status = tb_gemm_precision_init();
     if (status != TB_OK) {
         tb_py_raise(status);
         return NULL;

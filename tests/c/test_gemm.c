@@ -9,6 +9,7 @@
 #include "kernels/gemm_internal.h"
 #include "tb_test.h"
 #include "torchburn/alloc.h"
+#include "torchburn/dtype.h"
 #include "torchburn/thread_pool.h"
 
 static const int64_t sizes[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 127, 129, 255, 256, 257};
@@ -25,6 +26,7 @@ typedef struct gemm_case {
     tb_activation activation;
     bool residual;
     bool broadcast_b; /* b_batch_stride = 0 */
+    bool bf16;        /* TB_GEMM_PRECISION_BF16: the reference multiplies bf16-rounded A and B */
     uint64_t seed;
 } gemm_case;
 
@@ -96,9 +98,16 @@ static void run_case(const gemm_case *t, tb_isa isa) {
     d.b_batch_stride = t->broadcast_b ? 0 : b_size;
     d.c_batch_stride = c_size;
     d.residual_batch_stride = r_size;
+    d.precision = t->bf16 ? TB_GEMM_PRECISION_BF16 : TB_GEMM_PRECISION_HIGHEST;
     /* isa == TB_ISA_COUNT stands for the library's naive reference, checked like the kernels */
     tb_status status = isa == TB_ISA_COUNT ? tb_gemm_f32_reference(&d) : tb_gemm_f32_isa(&d, isa);
     TB_CHECK_MSG(status == TB_OK, "%s: %s", isa_label(isa), tb_error_message());
+    if (t->bf16) { /* the product the kernel must have computed: of the operands rounded to bf16 */
+        for (int64_t i = 0; i < a_size * batch + 1; i++)
+            a[i] = tb_bf16_to_f32(tb_f32_to_bf16(a[i]));
+        for (int64_t i = 0; i < b_size * (t->broadcast_b ? 1 : batch) + 1; i++)
+            b[i] = tb_bf16_to_f32(tb_f32_to_bf16(b[i]));
+    }
 
     const double eps = 1.0 / (1 << 23);
     int bad = 0;
@@ -171,6 +180,102 @@ static void run_case(const gemm_case *t, tb_isa isa) {
 static gemm_case plain(int64_t m, int64_t n, int64_t k, uint64_t seed) {
     gemm_case t = {.m = m, .n = n, .k = k, .batch = 1, .alpha = 1.0f, .beta = 0.0f, .seed = seed};
     return t;
+}
+
+static void for_each_isa(const gemm_case *t);
+
+/* The blocking computed from CPUID is whole register tiles; the override and its env form replace it
+ * (rounded to whole tiles) and a malformed TORCHBURN_GEMM_BLOCKING is refused with its text named. */
+static void test_blocking_choice(void) {
+    for (int isa = 0; isa < TB_ISA_COUNT; isa++) {
+        const tb_gemm_microkernel *uk = tb_gemm_microkernel_for((tb_isa)isa);
+        tb_gemm_blocking b = tb_gemm_blocking_for(uk);
+        TB_CHECK_MSG(b.mc >= uk->mr && b.mc % uk->mr == 0 && b.nc >= uk->nr && b.nc % uk->nr == 0 && b.kc >= 16,
+                     "%s: blocking mc=%lld kc=%lld nc=%lld", uk->isa_name, (long long)b.mc, (long long)b.kc,
+                     (long long)b.nc);
+        tb_gemm_set_blocking_override(1, 5, 1);
+        b = tb_gemm_blocking_for(uk);
+        TB_CHECK(b.mc == uk->mr && b.kc == 5 && b.nc == uk->nr && strcmp(b.source, "override") == 0);
+        tb_gemm_set_blocking_override(0, 0, 0);
+        TB_CHECK(strcmp(tb_gemm_blocking_for(uk).source, "override") != 0);
+    }
+    setenv("TORCHBURN_GEMM_BLOCKING", "16,x,32", 1);
+    TB_CHECK(tb_gemm_blocking_init() == TB_ERR_INVALID_ARGUMENT);
+    TB_CHECK(strstr(tb_error_message(), "16,x,32") != NULL);
+    setenv("TORCHBURN_GEMM_BLOCKING", "16,0,32", 1);
+    TB_CHECK(tb_gemm_blocking_init() == TB_ERR_INVALID_ARGUMENT);
+    setenv("TORCHBURN_GEMM_BLOCKING", "30,9,70", 1);
+    TB_CHECK(tb_gemm_blocking_init() == TB_OK);
+    TB_CHECK(tb_gemm_blocking_for(tb_gemm_microkernel_for(TB_ISA_SCALAR)).kc == 9);
+    unsetenv("TORCHBURN_GEMM_BLOCKING");
+    tb_gemm_set_blocking_override(0, 0, 0);
+}
+
+/* TB_GEMM_PRECISION_BF16 on the AVX512-BF16 kernel: odd sizes (odd k: a half-empty last pair), every
+ * operand layout, k blocks, epilogues, threads, forced tiny blocking; against the double product of
+ * the bf16-rounded operands. Skipped (with the reason) where the CPU has no AVX512-BF16. */
+static void test_bf16_precision(uint64_t *seed) {
+    if (tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_BF16)->packed_bytes != 2) {
+        fprintf(stderr, "test_gemm: bf16 kernel not tested: this CPU has no AVX512-BF16 at the avx512 level\n");
+        return;
+    }
+    static const int64_t shapes[][3] = {{1, 1, 1},   {3, 5, 2},     {14, 32, 32},  {15, 33, 33}, {29, 47, 129},
+                                        {64, 64, 64}, {100, 90, 513}, {7, 300, 1031}, {130, 70, 9}};
+    for (int blocking = 0; blocking < 2; blocking++) {
+        tb_gemm_set_blocking_override(blocking ? 1 : 0, blocking ? 6 : 0, blocking ? 1 : 0);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int layout = 0; layout < 4; layout++) {
+                gemm_case t = plain(shapes[s][0], shapes[s][1], shapes[s][2], (*seed)++);
+                t.bf16 = true;
+                t.trans_a = layout & 1;
+                t.trans_b = layout >> 1;
+                t.c_pad = (int64_t)(s % 3);
+                t.beta = s % 4 == 1 ? 0.5f : 0.0f;
+                t.bias_kind = (tb_bias_kind)(s % 3);
+                t.activation = (tb_activation)((s + (size_t)layout) % TB_ACTIVATION_COUNT);
+                t.residual = s % 2 == 1;
+                t.batch = s == 4 ? 2 : 1;
+                run_case(&t, TB_ISA_AVX512);
+            }
+    }
+    tb_gemm_set_blocking_override(0, 0, 0);
+    gemm_case t = plain(200, 260, 700, (*seed)++); /* several threads' cells */
+    t.bf16 = true;
+    t.trans_b = true;
+    run_case(&t, TB_ISA_AVX512);
+    /* the process default reaches a DEFAULT-precision descriptor (the same kernel) */
+    tb_gemm_set_default_precision(TB_GEMM_PRECISION_BF16);
+    TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_DEFAULT)->packed_bytes == 2);
+    TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_HIGHEST)->packed_bytes != 2);
+    tb_gemm_set_default_precision(TB_GEMM_PRECISION_HIGHEST);
+    TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_DEFAULT)->packed_bytes != 2);
+}
+
+/* Odd shapes, strides and epilogues under forced tiny blocks (one register tile per mc/nc block, k
+ * blocks of 1 or 7 with a short last one) and forced huge ones, so every block edge of the loop
+ * nest runs at every ISA. */
+static void test_forced_blocking(uint64_t *seed) {
+    test_blocking_choice();
+    static const int64_t blockings[][3] = {{1, 1, 1}, {1, 7, 1}, {15, 7, 33}, {100000, 4096, 100000}};
+    for (size_t bi = 0; bi < sizeof blockings / sizeof blockings[0]; bi++) {
+        tb_gemm_set_blocking_override(blockings[bi][0], blockings[bi][1], blockings[bi][2]);
+        for (int s = 0; s < 6; s++) {
+            gemm_case t = plain(17 + 13 * s, 33 + 9 * s, s == 0 ? 1 : 129 + 50 * s, (*seed)++);
+            if (blockings[bi][1] == 1)
+                t.k = 3 + s; /* kc = 1: keep the k loop short */
+            t.trans_a = s & 1;
+            t.trans_b = (s >> 1) & 1;
+            t.c_pad = s % 3 * 3;
+            t.beta = s % 3 == 1 ? 1.0f : 0.0f;
+            t.bias_kind = (tb_bias_kind)(s % 3);
+            t.activation = (tb_activation)(s % TB_ACTIVATION_COUNT);
+            t.residual = s % 2 == 0;
+            t.residual_pad = 1;
+            t.batch = s == 4 ? 2 : 1;
+            for_each_isa(&t);
+        }
+    }
+    tb_gemm_set_blocking_override(0, 0, 0);
 }
 
 static void for_each_isa(const gemm_case *t) {
@@ -383,5 +488,7 @@ int main(void) {
         for_each_isa(&t);
     }
     TB_CHECK(tb_set_num_threads(tb_physical_cores()) == TB_OK);
+    test_forced_blocking(&seed);
+    test_bf16_precision(&seed);
     return tb_test_finish("test_gemm");
 }

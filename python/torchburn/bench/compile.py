@@ -266,6 +266,10 @@ def speed_row(name: str, times: dict) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv and "--resnet" in argv:  # ResNet-18/50 rows (bench/resnet.py)
+        from .resnet import main as resnet_main
+
+        return resnet_main(argv)
     parser = argparse.ArgumentParser(prog="python -m torchburn.bench compile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="seed,mlp,resmlp,cnn,encoder,gpt2",

@@ -6,6 +6,7 @@
 
 #include "kernels/gemm_internal.h"
 #include "kernels/x86_avx512/gemm_math_avx512.h"
+#include "kernels/x86_avx512/gemm_transpose_avx512.h"
 
 enum { MR = 14, NR = 32 };
 enum { W_PREFETCH = 64 }; /* floats ahead on each streamed W row in the transposed small-m kernel */
@@ -91,34 +92,6 @@ static void microkernel_avx512(int64_t kc, const float *a_panel, const float *b_
     tiles_by_rows[mr](kc, a_panel, b_panel, c, c_row_stride, nr, alpha, beta);
 }
 
-/* In-register transpose of 16 rows of 16 floats: on return r[j] holds column j. */
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 4; g++) {
-        __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
-        __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
-        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-    }
-    /* u[4g + e], 128-bit lane L = rows 4g..4g+3 of column 4L + e */
-    for (int e = 0; e < 4; e++) {
-        __m512 x_lo = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88);
-        __m512 y_lo = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xDD);
-        __m512 x_hi = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
-        __m512 y_hi = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xDD);
-        r[e] = _mm512_shuffle_f32x4(x_lo, x_hi, 0x88);
-        r[8 + e] = _mm512_shuffle_f32x4(x_lo, x_hi, 0xDD);
-        r[4 + e] = _mm512_shuffle_f32x4(y_lo, y_hi, 0x88);
-        r[12 + e] = _mm512_shuffle_f32x4(y_lo, y_hi, 0xDD);
-    }
-}
-
 static void pack_a_avx512(const float *a, int64_t row_stride, int64_t col_stride, int rows, int64_t kc,
                           float *a_panel) {
     const __mmask16 panel_mask = mask_first(MR);
@@ -129,7 +102,7 @@ static void pack_a_avx512(const float *a, int64_t row_stride, int64_t col_stride
             __m512 r[16];
             for (int i = 0; i < 16; i++)
                 r[i] = i < rows ? _mm512_maskz_loadu_ps(k_mask, a + i * row_stride + p0) : _mm512_setzero_ps();
-            transpose16(r);
+            tb_transpose16_avx512(r);
             for (int p = 0; p < count; p++)
                 _mm512_mask_storeu_ps(a_panel + (p0 + p) * MR, panel_mask, r[p]);
         }
@@ -172,7 +145,7 @@ static void pack_b_avx512(const float *b, int64_t row_stride, int64_t col_stride
                 for (int j = 0; j < 16; j++)
                     r[j] = j0 + j < cols ? _mm512_maskz_loadu_ps(k_mask, b + (j0 + j) * col_stride + p0)
                                          : _mm512_setzero_ps();
-                transpose16(r);
+                tb_transpose16_avx512(r);
                 for (int p = 0; p < count; p++)
                     _mm512_store_ps(b_panel + (p0 + p) * NR + j0, r[p]);
             }
@@ -182,7 +155,7 @@ static void pack_b_avx512(const float *b, int64_t row_stride, int64_t col_stride
     tb_gemm_pack_b_portable(b, row_stride, col_stride, cols, kc, NR, b_panel);
 }
 
-static void epilogue_avx512(float *c, int64_t c_row_stride, int rows, int cols, const tb_gemm_epilogue *e) {
+void tb_gemm_epilogue_avx512(float *c, int64_t c_row_stride, int rows, int cols, const tb_gemm_epilogue *e) {
     for (int i = 0; i < rows; i++) {
         float *row = c + i * c_row_stride;
         const float *residual = e->residual ? e->residual + i * e->residual_row_stride : NULL;
@@ -363,6 +336,6 @@ const tb_gemm_microkernel tb_gemm_microkernel_avx512 = {
     .kernel = microkernel_avx512,
     .pack_a = pack_a_avx512,
     .pack_b = pack_b_avx512,
-    .epilogue = epilogue_avx512,
+    .epilogue = tb_gemm_epilogue_avx512,
     .small_m = small_m_avx512,
 };
