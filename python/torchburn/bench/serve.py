@@ -7,9 +7,10 @@ time to first token and inter-token latency (p50/p99 over every client's gaps), 
 largest client count, so every client has a slot.
 
 The peer is llama.cpp's llama-server: set TORCHBURN_LLAMA_SERVER to its binary and pass --peer-model (or
-TORCHBURN_LLAMA_GGUF) a GGUF of the same weights (Q4_0); it is started after ours has stopped, with
---parallel = the same slot count, the same threads and context per slot, and gets the same prompts (token
-ids) through the same OpenAI client. Without them the peer is skipped with the reason printed. How to build
+TORCHBURN_LLAMA_GGUF) a GGUF of the same weights (Q4_0); it runs beside ours (each idle while the other is
+measured), with --parallel = the same slot count, the same threads and context per slot, and gets the same
+prompts (token ids) through the same OpenAI client right after ours, round by round (--repeats rounds per
+client count, medians). Without them the peer is skipped with the reason printed. How to build
 it and convert the bench model: docs/serving.md.
 
     python tools/make_bench_model.py
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -118,52 +120,65 @@ def _peer_skip_reason(binary: Optional[str], gguf: Optional[str]) -> Optional[st
     return None
 
 
-def _llama_server_rows(binary: str, gguf: str, slots: int, ctx: int, threads: Optional[int],
-                       rounds: list[list[list[int]]], tokens: int) -> tuple[list[dict[str, Any]], str]:
-    """Starts llama-server on a free loopback port, runs the same rounds through it, stops it. Returns the rows
-    and its command line."""
-    import socket
-    import subprocess
-    import tempfile
+class _LlamaServer:
+    """llama-server on a free loopback port for the duration of a `with` block (idle while ours runs)."""
 
-    import httpx
+    def __init__(self, binary: str, gguf: str, slots: int, ctx: int, threads: Optional[int]) -> None:
+        import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    # -c is the total context, split evenly across the --parallel slots; -b/-ub: its defaults
-    cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(slots),
-           "-c", str(slots * ctx), "--threads", str(threads or os.cpu_count() or 1), "--no-webui"]
-    log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    rows: list[dict[str, Any]] = []
-    try:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        # -c is the total context, split evenly across the --parallel slots; -b/-ub: its defaults
+        self.cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(self.port), "--parallel", str(slots),
+                    "-c", str(slots * ctx), "--threads", str(threads or os.cpu_count() or 1), "--no-webui"]
+        self.base = f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> "_LlamaServer":
+        import subprocess
+        import tempfile
+
+        import httpx
+
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 300
         while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"llama-server exited with {proc.returncode}: {log.read()[-2000:]}")
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                text = self.log.read()[-2000:]
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"llama-server exited with {self.proc.returncode}: {text}")
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                    break
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=5).status_code == 200:
+                    return self
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
+                self.__exit__(None, None, None)
                 raise RuntimeError("llama-server did not become healthy in 300 s")
             time.sleep(0.2)
-        base = f"http://127.0.0.1:{port}/v1"
-        asyncio.run(_round(base, "peer", [rounds[0][0][:32]], 8, peer=True))  # warm up
-        for prompts in rounds:
-            rows.append(asyncio.run(_round(base, "peer", prompts, tokens, peer=True)))
-    finally:
-        proc.terminate()
+
+    def __exit__(self, *exc) -> None:
+        import subprocess
+
+        self.proc.terminate()
         try:
-            proc.wait(30)
+            self.proc.wait(30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        os.unlink(log.name)
-    return rows, " ".join(cmd)
+            self.proc.kill()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+def _median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-metric medians over repeated rounds (each metric separately)."""
+    out = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, float):
+            out[key] = statistics.median(r[key] for r in rows)
+    out["repeats"] = len(rows)
+    return out
 
 
 def _side_by_side(ours: list[dict[str, Any]], peer: list[dict[str, Any]]) -> None:
@@ -204,6 +219,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--peer-model", default=os.environ.get("TORCHBURN_LLAMA_GGUF"),
                         help="GGUF (Q4_0) of the same weights for llama-server (default: $TORCHBURN_LLAMA_GGUF)")
     parser.add_argument("--no-peer", action="store_true", help="do not run llama-server")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds per client count (medians reported); ours and the peer alternate")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.clients.split(",")]
@@ -224,31 +241,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         time.sleep(0.05)
     rng = random.Random(0)
     vocab = llm.config["vocab_size"] - 1000
-    rows, engine_rows, rounds = [], [], []
+    binary = os.environ.get("TORCHBURN_LLAMA_SERVER")
+    skip = "--no-peer" if args.no_peer else "--engine-only" if args.engine_only else \
+        _peer_skip_reason(binary, args.peer_model)
+    peer = _LlamaServer(binary, args.peer_model, max(counts), ctx, args.threads) if skip is None else None
+    rows, engine_rows, peer_rows = [], [], []
     try:
-        asyncio.run(_round(base, "bench", [[rng.randrange(1000, vocab) for _ in range(32)]], 8))  # warm up
-        for n in counts:  # distinct prompts: no prefix reuse between clients or rounds
-            prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(n)]
-            engine_rows.append(_engine_round(llm, max(counts), ctx, args.prefill_chunk, args.batch_tokens, prompts,
-                                            args.tokens))
-            if not args.engine_only:
-                prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(n)]
-                rounds.append(prompts)
-                rows.append(asyncio.run(_round(base, "bench", prompts, args.tokens)))
+        with peer or contextlib.nullcontext():
+            asyncio.run(_round(base, "bench", [[rng.randrange(1000, vocab) for _ in range(32)]], 8))  # warm up
+            if peer:
+                asyncio.run(_round(peer.base, "peer", [[rng.randrange(1000, vocab) for _ in range(32)]], 8, True))
+            for n in counts:  # distinct prompts: no prefix reuse between clients or rounds
+                ours, theirs, alone = [], [], []
+                for _ in range(max(1, args.repeats)):
+                    prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(n)]
+                    alone.append(_engine_round(llm, max(counts), ctx, args.prefill_chunk, args.batch_tokens,
+                                               prompts, args.tokens))
+                    if args.engine_only:
+                        continue
+                    prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(n)]
+                    ours.append(asyncio.run(_round(base, "bench", prompts, args.tokens)))
+                    if peer:  # the same prompts, right after ours
+                        theirs.append(asyncio.run(_round(peer.base, "peer", prompts, args.tokens, peer=True)))
+                engine_rows.append(_median_row(alone))
+                if ours:
+                    rows.append(_median_row(ours))
+                if theirs:
+                    peer_rows.append(_median_row(theirs))
     finally:
         server.should_exit = True
         thread.join(30)
     from ..llm.bench import run_benchmark
 
     single = run_benchmark(llm, prompt_tokens=args.prompt_tokens, tokens=args.tokens, repeats=3)
-    peer_rows: list[dict[str, Any]] = []
-    peer_cmd = None
-    binary = os.environ.get("TORCHBURN_LLAMA_SERVER")
-    skip = "--no-peer" if args.no_peer else "--engine-only" if args.engine_only else \
-        _peer_skip_reason(binary, args.peer_model)
-    if skip is None:
-        peer_rows, peer_cmd = _llama_server_rows(binary, args.peer_model, max(counts), ctx, args.threads, rounds,
-                                                 args.tokens)
+    peer_cmd = " ".join(peer.cmd) if peer else None
     result = {"machine": machine_facts(), "model": str(args.model), "quant": args.quant, "threads": args.threads,
               "prompt_tokens": args.prompt_tokens, "tokens": args.tokens, "http_rows": rows,
               "engine_rows": engine_rows, "single_stream": single,
