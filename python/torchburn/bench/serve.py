@@ -287,7 +287,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"threads {args.threads or 'default'}, prefill chunk {args.prefill_chunk}, "
           f"batch tokens {args.batch_tokens or 'off (one chunk per step)'}")
     decode = single.get("decode_tok_s") or single.get("decode", {}).get("tok_s")
-    print(f"single-stream LLM.generate decode (torchburn-llm benchmark, same run): {decode} tok/s")
+    print(f"single-stream LLM.generate (torchburn-llm benchmark, same run): decode {decode:.1f} tok/s, prefill "
+          f"{single.get('prefill_tok_s', float('nan')):.1f} tok/s ({args.prompt_tokens}-token prompt)")
     _table("engine alone (C batching engine, polled from Python):", engine_rows)
     for r in engine_rows:
         print(f"  {r['clients']} clients: batched-decode tok/s {r['decode_tok_s']:.1f}, mean rows per step "
