@@ -248,9 +248,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows, engine_rows, peer_rows = [], [], []
     try:
         with peer or contextlib.nullcontext():
-            asyncio.run(_round(base, "bench", [[rng.randrange(1000, vocab) for _ in range(32)]], 8))  # warm up
+            # warm up both with a full-length prompt (first-use buffers, page faults)
+            warm = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)]]
+            asyncio.run(_round(base, "bench", warm, 8))
             if peer:
-                asyncio.run(_round(peer.base, "peer", [[rng.randrange(1000, vocab) for _ in range(32)]], 8, True))
+                asyncio.run(_round(peer.base, "peer", warm, 8, peer=True))
             for n in counts:  # distinct prompts: no prefix reuse between clients or rounds
                 ours, theirs, alone = [], [], []
                 for _ in range(max(1, args.repeats)):
