@@ -473,3 +473,21 @@ def test_engine_refuses_bad_options_and_requests(llm):
         engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.submit([1], 1)
+
+
+def test_bench_peer_skip_reasons(tmp_path):
+    """`python -m torchburn.bench serve` skips llama-server, saying why, when it cannot run it."""
+    from torchburn.bench.serve import _peer_skip_reason
+
+    assert "TORCHBURN_LLAMA_SERVER is not set" in _peer_skip_reason(None, None)
+    missing = str(tmp_path / "llama-server")
+    assert "not an executable file" in _peer_skip_reason(missing, None)
+    binary = tmp_path / "fake-llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o644)
+    assert "not an executable file" in _peer_skip_reason(str(binary), None)
+    binary.chmod(0o755)
+    assert "--peer-model" in _peer_skip_reason(str(binary), None)
+    assert "does not exist" in _peer_skip_reason(str(binary), str(tmp_path / "model.gguf"))
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    assert _peer_skip_reason(str(binary), str(tmp_path / "model.gguf")) is None
