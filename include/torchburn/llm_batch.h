@@ -1,6 +1,6 @@
 /* Continuous batching: one engine thread serves many generation requests on one model. N slots each hold a
- * sequence's KV cache (a tb_llm_session); every step runs one prompt chunk of one prefilling request and one
- * token of every decoding request together (the matmuls take M = decoding sequences, so weights are read
+ * sequence's KV cache (a tb_llm_session); every step runs prompt chunks of prefilling requests (one, or as
+ * many as a per-step token budget allows) and one token of every decoding request together (the matmuls take M = decoding sequences, so weights are read
  * once per step for all of them); requests join between steps and leave when finished or cancelled. A new
  * request reuses the longest cached prompt prefix found in any slot (copied when it is another slot's).
  *
@@ -28,6 +28,10 @@ typedef struct tb_llm_batch_options {
     int64_t ctx_size;      /* positions per slot (prompt + generated), >= 1 */
     int64_t prefill_chunk; /* prompt tokens per step: a multiple of 16 in [16, 1024]; 0 means 64 */
     bool kv_f16;           /* KV cache in IEEE half */
+    /* tokens per step: decoding rows count one each, prompt chunks (oldest request first, possibly several
+     * chunks and requests) fill the rest, at least one chunk per step while any prompt waits; 0 means one
+     * chunk per step. 0 or in [prefill_chunk, 65536]. */
+    int64_t batch_tokens;
 } tb_llm_batch_options;
 
 typedef struct tb_llm_batch_request {
@@ -57,7 +61,8 @@ typedef struct tb_llm_batch_event {
 } tb_llm_batch_event;
 
 typedef struct tb_llm_batch_stats {
-    int64_t slots, ctx_size, prefill_chunk;
+    int64_t slots, ctx_size, prefill_chunk, batch_tokens;
+    int64_t prefill_chunks, prefill_steps;  /* prompt chunks run / steps that ran at least one */
     int64_t queued, active;                 /* waiting for a slot / holding one */
     int64_t requests_submitted, requests_finished, requests_cancelled;
     int64_t prompt_tokens, reused_tokens, prefix_hits, generated_tokens;

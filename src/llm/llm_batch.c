@@ -1,8 +1,9 @@
 /* The continuous-batching engine (contract in torchburn/llm_batch.h): a queue of requests, N slots each
  * owning a session, and one engine thread that loops: under the lock, hand out events, honour cancels,
  * release finished slots and admit queued requests into free ones; then, unlocked, pick each new request's
- * cached prefix, run one aligned prompt chunk of the longest-waiting prefilling slot and one batched decode
- * step of every decoding slot, sample, and record events.
+ * cached prefix, run aligned prompt chunks (one, or as many as the per-step token budget batch_tokens
+ * leaves beside the decoding rows, longest-waiting request first) and one batched decode step of every
+ * decoding slot, sample, and record events.
  *
  * Determinism: a slot's "canonical" length counts its leading positions that were computed by whole
  * prefill chunks [k P, (k + 1) P) (P = prefill_chunk) from a canonical prefix; only those are reused, and
@@ -68,6 +69,7 @@ struct tb_llm_batch {
     uint64_t next_id, clock;
     tb_llm_batch_stats stats;
     double prefill_seconds, decode_seconds; /* engine-side counters, published under the lock */
+    int64_t prefill_chunks, prefill_steps;
     int64_t decode_steps, decode_rows;
     tb_llm_step_scratch scratch;
     float *logits; /* [slots, V] */
@@ -309,21 +311,21 @@ static tb_status take_token(tb_llm_batch *b, slot *s, float *logits) {
     return TB_OK;
 }
 
-/* Engine thread: one aligned prompt chunk of the prefilling slot admitted first. */
-static void prefill_step(tb_llm_batch *b) {
-    slot *s = NULL;
-    for (int64_t i = 0; i < b->options.slots; i++)
-        if (b->slots[i].state == SLOT_PREFILL && (!s || b->slots[i].admitted < s->admitted))
-            s = &b->slots[i];
-    if (!s)
-        return;
+/* The end of the next aligned prompt chunk of prefilling slot s. */
+static int64_t chunk_end(const tb_llm_batch *b, const slot *s) {
+    const int64_t p = b->options.prefill_chunk, next = (s->prefilled / p + 1) * p;
+    return next < s->req->prompt_count ? next : s->req->prompt_count;
+}
+
+/* Engine thread: one aligned prompt chunk of slot s. */
+static void run_chunk(tb_llm_batch *b, slot *s) {
     const request *r = s->req;
-    const int64_t p = b->options.prefill_chunk, begin = s->prefilled;
-    const int64_t end = (begin / p + 1) * p < r->prompt_count ? (begin / p + 1) * p : r->prompt_count;
+    const int64_t p = b->options.prefill_chunk, begin = s->prefilled, end = chunk_end(b, s);
     const bool last = end == r->prompt_count;
     const double start = now_seconds();
     tb_status status = tb_llm_forward(s->session, r->prompt + begin, end - begin, last ? b->logits : NULL, false);
     b->prefill_seconds += now_seconds() - start;
+    b->prefill_chunks++;
     if (status != TB_OK) {
         fail_slot(b, s);
         return;
@@ -333,6 +335,31 @@ static void prefill_step(tb_llm_batch *b) {
         s->canonical = end;
     if (last && take_token(b, s, b->logits) != TB_OK)
         fail_slot(b, s);
+}
+
+/* Engine thread: the prompt chunks of this step, oldest admitted request first. Without a token budget one
+ * chunk; with one, chunks while they fit in what the decoding rows leave (always at least one). Chunks stay
+ * aligned whatever the budget, so the numbers do not depend on it. */
+static void prefill_step(tb_llm_batch *b) {
+    int64_t budget = b->options.batch_tokens;
+    for (int64_t i = 0; i < b->options.slots; i++)
+        budget -= b->slots[i].state == SLOT_DECODE;
+    for (bool first = true;; first = false) {
+        slot *s = NULL;
+        for (int64_t i = 0; i < b->options.slots; i++)
+            if (b->slots[i].state == SLOT_PREFILL && (!s || b->slots[i].admitted < s->admitted))
+                s = &b->slots[i];
+        if (!s)
+            return;
+        const int64_t tokens = chunk_end(b, s) - s->prefilled;
+        if (!first && tokens > budget)
+            return;
+        budget -= tokens;
+        b->prefill_steps += first;
+        run_chunk(b, s);
+        if (b->options.batch_tokens == 0)
+            return;
+    }
 }
 
 /* Engine thread: one token of every decoding slot, together. */
@@ -431,6 +458,8 @@ static bool exchange(tb_llm_batch *b) {
         best->admitted = best->last_used = ++b->clock;
     }
     b->stats.prefill_seconds = b->prefill_seconds;
+    b->stats.prefill_chunks = b->prefill_chunks;
+    b->stats.prefill_steps = b->prefill_steps;
     b->stats.decode_steps = b->decode_steps;
     b->stats.decode_rows = b->decode_rows;
     b->stats.decode_seconds = b->decode_seconds;
@@ -497,6 +526,11 @@ static tb_status check_options(const tb_llm_model *model, const tb_llm_batch_opt
         return tb_error_set(TB_ERR_INVALID_ARGUMENT,
                             "llm batch: prefill_chunk must be a multiple of 16 in [16, 1024] (or 0), got %lld",
                             (long long)o->prefill_chunk);
+    const int64_t chunk = o->prefill_chunk ? o->prefill_chunk : 64;
+    if (o->batch_tokens != 0 && (o->batch_tokens < chunk || o->batch_tokens > 65536))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                            "llm batch: batch_tokens must be 0 or in [prefill_chunk = %lld, 65536], got %lld",
+                            (long long)chunk, (long long)o->batch_tokens);
     return TB_OK;
 }
 
@@ -536,6 +570,7 @@ tb_status tb_llm_batch_new(const tb_llm_model *model, const tb_llm_batch_options
     b->stats.slots = n;
     b->stats.ctx_size = b->options.ctx_size;
     b->stats.prefill_chunk = b->options.prefill_chunk;
+    b->stats.batch_tokens = b->options.batch_tokens;
     b->stats.kv_positions_capacity = n * b->options.ctx_size;
     if (status == TB_OK) {
         const int error = pthread_create(&b->thread, NULL, engine_main, b);

@@ -1,7 +1,7 @@
 /* Python binding of the continuous-batching engine: torchburn._C._LLMBatch(model, slots, ctx_size,
- * prefill_chunk=0, kv_f16=False). Every method is short and non-blocking except wait() (GIL released); the
- * engine runs on its own C thread, so the GIL never serializes model work. fileno() is readable while
- * events are pending (asyncio's add_reader drives torchburn.llm.serve with it). */
+ * prefill_chunk=0, kv_f16=False, batch_tokens=0). Every method is short and non-blocking except wait() (GIL
+ * released); the engine runs on its own C thread, so the GIL never serializes model work. fileno() is
+ * readable while events are pending (asyncio's add_reader drives torchburn.llm.serve with it). */
 #include "pyext.h"
 #include "torchburn/llm_batch.h"
 
@@ -14,18 +14,18 @@ typedef struct py_llm_batch {
 static PyTypeObject *batch_type;
 
 static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"model", "slots", "ctx_size", "prefill_chunk", "kv_f16", NULL};
+    static char *keywords[] = {"model", "slots", "ctx_size", "prefill_chunk", "kv_f16", "batch_tokens", NULL};
     PyObject *model_obj;
-    long long slots, ctx_size, prefill_chunk = 0;
+    long long slots, ctx_size, prefill_chunk = 0, batch_tokens = 0;
     int kv_f16 = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|Lp:_LLMBatch", keywords, &model_obj, &slots, &ctx_size,
-                                     &prefill_chunk, &kv_f16))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|LpL:_LLMBatch", keywords, &model_obj, &slots, &ctx_size,
+                                     &prefill_chunk, &kv_f16, &batch_tokens))
         return NULL;
     const tb_llm_model *model = tb_pyext_llm_model(model_obj);
     if (!model)
         return NULL;
     tb_llm_batch_options options = {.slots = slots, .ctx_size = ctx_size, .prefill_chunk = prefill_chunk,
-                                    .kv_f16 = kv_f16 != 0};
+                                    .kv_f16 = kv_f16 != 0, .batch_tokens = batch_tokens};
     tb_llm_batch *batch = NULL;
     tb_status status = tb_llm_batch_new(model, &options, &batch);
     if (status != TB_OK)
@@ -237,8 +237,10 @@ static PyObject *batch_get_stats(py_llm_batch *self, void *closure) {
     tb_llm_batch_stats s;
     tb_llm_batch_get_stats(self->batch, &s);
     return Py_BuildValue(
-        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:L,s:L,s:L,s:s}", "slots",
-        (long long)s.slots, "ctx_size", (long long)s.ctx_size, "prefill_chunk", (long long)s.prefill_chunk, "queued",
+        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:L,s:L,s:L,s:s}", "slots",
+        (long long)s.slots, "ctx_size", (long long)s.ctx_size, "prefill_chunk", (long long)s.prefill_chunk,
+        "batch_tokens", (long long)s.batch_tokens, "prefill_chunks", (long long)s.prefill_chunks,
+        "prefill_steps", (long long)s.prefill_steps, "queued",
         (long long)s.queued, "active", (long long)s.active, "requests_submitted", (long long)s.requests_submitted,
         "requests_finished", (long long)s.requests_finished, "requests_cancelled", (long long)s.requests_cancelled,
         "prompt_tokens", (long long)s.prompt_tokens, "reused_tokens", (long long)s.reused_tokens, "prefix_hits",
@@ -272,7 +274,8 @@ static PyType_Slot batch_slots[] = {
     {Py_tp_dealloc, batch_dealloc},
     {Py_tp_methods, batch_methods},
     {Py_tp_getset, batch_getset},
-    {Py_tp_doc, "_LLMBatch(model, slots, ctx_size, prefill_chunk=0, kv_f16=False): continuous-batching engine."},
+    {Py_tp_doc, "_LLMBatch(model, slots, ctx_size, prefill_chunk=0, kv_f16=False, batch_tokens=0): continuous-batching "
+                    "engine."},
     {0, NULL},
 };
 

@@ -211,11 +211,15 @@ static tb_llm_batch_request make_request(const prompt_set *p, int i, int64_t max
     return r;
 }
 
-static tb_llm_batch *new_engine(const tb_llm_model *model, int64_t slots, int64_t chunk) {
-    tb_llm_batch_options options = {.slots = slots, .ctx_size = 200, .prefill_chunk = chunk};
+static tb_llm_batch *new_engine_budget(const tb_llm_model *model, int64_t slots, int64_t chunk, int64_t budget) {
+    tb_llm_batch_options options = {.slots = slots, .ctx_size = 200, .prefill_chunk = chunk, .batch_tokens = budget};
     tb_llm_batch *b = NULL;
     TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_OK);
     return b;
+}
+
+static tb_llm_batch *new_engine(const tb_llm_model *model, int64_t slots, int64_t chunk) {
+    return new_engine_budget(model, slots, chunk, 0);
 }
 
 /* The batched step's logits equal each session's own single-token forward bit for bit. */
@@ -326,6 +330,7 @@ static void test_engine(const char *dir, tb_llm_quant quant) {
         tb_llm_batch_get_stats(b, &stats);
         TB_CHECK(stats.decode_rows > stats.decode_steps); /* steps did batch several sequences */
         TB_CHECK(stats.requests_finished == p.n && stats.queued == 0);
+        TB_CHECK(stats.prefill_chunks == stats.prefill_steps); /* no budget: one chunk per step */
         /* sequential prefix reuse: request 4 again after request 3 finished reuses whole 16-token chunks */
         outcome again[2];
         memset(again, 0, sizeof again);
@@ -374,11 +379,36 @@ static void test_engine(const char *dir, tb_llm_quant quant) {
         TB_CHECK(tb_llm_batch_submit(b, &bad, &id) == TB_ERR_INVALID_ARGUMENT);
         tb_llm_batch_free(b);
     }
+    /* a per-step token budget packs several prompt chunks (of one or more requests) into a step: same bits */
+    b = new_engine_budget(model, 5, 16, 48);
+    if (b) {
+        outcome budgeted[MAX_REQUESTS];
+        memset(budgeted, 0, sizeof budgeted);
+        for (int i = 0; i < p.n; i++) {
+            tb_llm_batch_request r = make_request(&p, i, max_tokens);
+            TB_CHECK(tb_llm_batch_submit(b, &r, &budgeted[i].id) == TB_OK);
+        }
+        collect(b, budgeted, p.n);
+        for (int i = 0; i < p.n; i++)
+            TB_CHECK_MSG(budgeted[i].count == alone[i].count &&
+                             memcmp(budgeted[i].tokens, alone[i].tokens, sizeof(int32_t) * (size_t)alone[i].count) == 0 &&
+                             memcmp(budgeted[i].logprobs, alone[i].logprobs, sizeof(float) * (size_t)alone[i].count) == 0,
+                         "%s request %d: tokens with a token budget differ from the request run alone",
+                         tb_llm_quant_name(quant), i);
+        tb_llm_batch_stats stats;
+        tb_llm_batch_get_stats(b, &stats);
+        TB_CHECK_MSG(stats.prefill_chunks > stats.prefill_steps, "%lld chunks in %lld steps",
+                     (long long)stats.prefill_chunks, (long long)stats.prefill_steps);
+        tb_llm_batch_free(b);
+    }
     tb_llm_batch_options wrong = {.slots = 0, .ctx_size = 10};
     tb_llm_batch *none = NULL;
     TB_CHECK(tb_llm_batch_new(model, &wrong, &none) == TB_ERR_INVALID_ARGUMENT && none == NULL);
     wrong = (tb_llm_batch_options){.slots = 2, .ctx_size = 10, .prefill_chunk = 20};
     TB_CHECK(tb_llm_batch_new(model, &wrong, &none) == TB_ERR_INVALID_ARGUMENT);
+    wrong = (tb_llm_batch_options){.slots = 2, .ctx_size = 10, .prefill_chunk = 32, .batch_tokens = 16};
+    TB_CHECK(tb_llm_batch_new(model, &wrong, &none) == TB_ERR_INVALID_ARGUMENT &&
+             strstr(tb_error_message(), "batch_tokens"));
     tb_llm_model_free(model);
 }
 

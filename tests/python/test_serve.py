@@ -225,6 +225,38 @@ def test_concurrent_streams_equal_sequential(server, llm):
     assert rows > 2 * steps > 0  # the concurrent run really batched sequences into decode steps
 
 
+def test_batch_tokens_budget_same_tokens(server, llm):
+    """--batch-tokens packs several prompt chunks into one engine step; the tokens and their logprobs stay
+    those of the one-chunk-per-step server (the module's), run one request at a time."""
+    prompts = [f"Budget {i}: " + "once upon a time in distributed systems " * (3 + i % 4) for i in range(8)]
+
+    async def one(client, prompt):
+        stream = await client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0,
+                                                 stream=True, logprobs=0)
+        chunks = [chunk.choices[0] async for chunk in stream]  # logprobs: equal bits, not just equal argmax
+        return "".join(c.text for c in chunks), [p for c in chunks for p in c.logprobs.token_logprobs]
+
+    async def run_all(base, concurrent):
+        async with openai.AsyncOpenAI(base_url=base, api_key="none", max_retries=0, timeout=120) as client:
+            if concurrent:
+                return await asyncio.gather(*(one(client, p) for p in prompts))
+            return [await one(client, p) for p in prompts]
+
+    sequential = asyncio.run(run_all(server[0] + "/v1", False))
+    app = create_app(lambda: llm, MODEL_ID, parallel=8, ctx_size=CTX, prefill_chunk=32, batch_tokens=128)
+    srv, port, thread = serve_in_thread(app)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}")
+        together = asyncio.run(run_all(f"http://127.0.0.1:{port}/v1", True))
+        stats = app.state.torchburn.engine.engine.stats
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+    assert together == sequential
+    assert stats["batch_tokens"] == 128
+    assert stats["prefill_chunks"] > stats["prefill_steps"] > 0  # steps really ran several chunks
+
+
 def test_disconnect_frees_slot(llm):
     """A client that goes away mid-stream (and one that never reads a non-streamed answer) cancels its
     request: the slot frees long before the 20,000 tokens it asked for."""
@@ -418,6 +450,8 @@ def test_engine_refuses_bad_options_and_requests(llm):
         _C._LLMBatch(llm._model, 0, 64)
     with pytest.raises(ValueError, match="prefill_chunk"):
         _C._LLMBatch(llm._model, 2, 64, 20)
+    with pytest.raises(ValueError, match="batch_tokens"):
+        _C._LLMBatch(llm._model, 2, 64, 32, False, 16)
     engine = _C._LLMBatch(llm._model, 2, 64)
     try:
         with pytest.raises(ValueError, match="ctx_size"):
@@ -439,3 +473,21 @@ def test_engine_refuses_bad_options_and_requests(llm):
         engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.submit([1], 1)
+
+
+def test_bench_peer_skip_reasons(tmp_path):
+    """`python -m torchburn.bench serve` skips llama-server, saying why, when it cannot run it."""
+    from torchburn.bench.serve import _peer_skip_reason
+
+    assert "TORCHBURN_LLAMA_SERVER is not set" in _peer_skip_reason(None, None)
+    missing = str(tmp_path / "llama-server")
+    assert "not an executable file" in _peer_skip_reason(missing, None)
+    binary = tmp_path / "fake-llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o644)
+    assert "not an executable file" in _peer_skip_reason(str(binary), None)
+    binary.chmod(0o755)
+    assert "--peer-model" in _peer_skip_reason(str(binary), None)
+    assert "does not exist" in _peer_skip_reason(str(binary), str(tmp_path / "model.gguf"))
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    assert _peer_skip_reason(str(binary), str(tmp_path / "model.gguf")) is None

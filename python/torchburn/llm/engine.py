@@ -50,10 +50,12 @@ class Piece:
 class BatchEngine:
     """Many concurrent generations on one :class:`~torchburn.llm.LLM` through the C batching engine."""
 
-    def __init__(self, llm: LLM, slots: int = 4, ctx_size: Optional[int] = None, prefill_chunk: int = 0) -> None:
+    def __init__(self, llm: LLM, slots: int = 4, ctx_size: Optional[int] = None, prefill_chunk: int = 0,
+                 batch_tokens: int = 0) -> None:
         self.llm = llm
         self.ctx_size = int(ctx_size or llm.max_seq_len)
-        self.engine = _C._LLMBatch(llm._model, int(slots), self.ctx_size, int(prefill_chunk), llm._kv_f16)
+        self.engine = _C._LLMBatch(llm._model, int(slots), self.ctx_size, int(prefill_chunk), llm._kv_f16,
+                                   int(batch_tokens))
         self.slots = int(slots)
         self._queues: dict[int, Optional[asyncio.Queue]] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None

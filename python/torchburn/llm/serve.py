@@ -45,7 +45,7 @@ class _State:
 
 
 def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = None, parallel: int = 4,
-               ctx_size: Optional[int] = None, prefill_chunk: int = 0):
+               ctx_size: Optional[int] = None, prefill_chunk: int = 0, batch_tokens: int = 0):
     """The ASGI app. ``load()`` returns a :class:`~torchburn.llm.LLM`; it runs on a thread at startup so that
     ``/health`` answers 503 meanwhile."""
     from starlette.applications import Starlette
@@ -65,7 +65,8 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
         loop = asyncio.get_running_loop()
         try:
             llm = await loop.run_in_executor(None, load)
-            engine = BatchEngine(llm, slots=parallel, ctx_size=ctx_size, prefill_chunk=prefill_chunk)
+            engine = BatchEngine(llm, slots=parallel, ctx_size=ctx_size, prefill_chunk=prefill_chunk,
+                                 batch_tokens=batch_tokens)
         except Exception as exc:  # reported by /health; the server stays up to say so
             state.load_error = f"{type(exc).__name__}: {exc}"
             return
@@ -355,6 +356,9 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     parser.add_argument("--ctx-size", "-c", type=int, default=4096, help="positions per slot (default: 4096)")
     parser.add_argument("--prefill-chunk", type=int, default=64,
                         help="prompt tokens per engine step and prefix-reuse granularity (multiple of 16; default 64)")
+    parser.add_argument("--batch-tokens", type=int, default=0,
+                        help="engine token budget per step: decoding rows plus prompt chunks (0 or >= "
+                             "--prefill-chunk; default 0: one prompt chunk per step)")
     parser.add_argument("--threads", "-t", type=int, default=None, help="kernel threads (default: physical cores)")
     parser.add_argument("--model-name", default=None, help="model id reported by /v1/models (default: --model)")
     parser.add_argument("--group-size", type=int, default=64, choices=[32, 64, 128, 256], help="int4 group size")
@@ -374,6 +378,9 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
         if value < low:
             print(f"torchburn-llm serve: {name} must be >= {low}, got {value}")
             return 2
+    if args.batch_tokens != 0 and not args.prefill_chunk <= args.batch_tokens <= 65536:
+        print(f"torchburn-llm serve: --batch-tokens must be 0 or in [--prefill-chunk, 65536], got {args.batch_tokens}")
+        return 2
 
     def load():
         from .model import LLM
@@ -383,7 +390,7 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
                                    group_size=args.group_size, quiet=True)
 
     app = create_app(load, args.model_name or str(args.model), api_key=args.api_key, parallel=args.parallel,
-                     ctx_size=args.ctx_size, prefill_chunk=args.prefill_chunk)
+                     ctx_size=args.ctx_size, prefill_chunk=args.prefill_chunk, batch_tokens=args.batch_tokens)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_keep_alive=5, h11_max_incomplete_event_size=65536)
     return 0
 
