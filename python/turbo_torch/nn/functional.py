@@ -425,6 +425,33 @@ def conv1d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride:
     return out if batched else out.squeeze(0)
 
 
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1,
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    """Runs in C as the input-gradient of a convolution (src/pyext/eager_nn.c); float32."""
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, but got input of "
+                           f"size: {list(input.shape)}")
+    batched = input.ndim == 4
+    x = input if batched else input.unsqueeze(0)
+    out = _TC._tt_conv_transpose2d(x, weight, bias, _pair(stride), _pair(padding), _pair(output_padding), groups,
+                                   _pair(dilation))
+    return out if batched else out.squeeze(0)
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1,
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    def one(v: Any) -> int:
+        return v if isinstance(v, int) else v[0]
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to conv_transpose1d, but got input of "
+                           f"size: {list(input.shape)}")
+    batched = input.ndim == 3
+    x = (input if batched else input.unsqueeze(0)).unsqueeze(2)
+    out = conv_transpose2d(x, weight.unsqueeze(2), bias, (1, one(stride)), (0, one(padding)),
+                           (0, one(output_padding)), groups, (1, one(dilation))).squeeze(2)
+    return out if batched else out.squeeze(0)
+
+
 def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
                ceil_mode: bool = False, return_indices: bool = False) -> Any:
     stride = kernel_size if stride is None or stride == [] else stride
