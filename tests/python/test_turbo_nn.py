@@ -413,3 +413,86 @@ def test_sequence_modules_match_torch(name, build, kind, batch_first):
     for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
         close(p.grad, po.grad, rtol=1e-6, atol=1e-6, what=f"grad of {k}")
     assert repr(ours) == repr(ref)
+
+
+# ---- transposed convolution (C: the input-gradient of a convolution) ----------------------------------
+
+CONV_TRANSPOSE_MODULES = [
+    ("ConvTranspose2d", lambda m: m.ConvTranspose2d(3, 4, 3), (2, 3, 5, 6), None),
+    ("ConvTranspose2d stride pad output_padding", lambda m: m.ConvTranspose2d(3, 5, 3, stride=2, padding=1,
+                                                                               output_padding=1), (2, 3, 7, 4), None),
+    ("ConvTranspose2d groups dilation", lambda m: m.ConvTranspose2d(4, 6, 3, stride=2, padding=2, dilation=2,
+                                                                     groups=2), (1, 4, 5, 7), None),
+    ("ConvTranspose2d rect no bias", lambda m: m.ConvTranspose2d(3, 2, (2, 3), stride=(3, 2), padding=(0, 1),
+                                                                  output_padding=(2, 1), bias=False), (2, 3, 4, 5),
+     None),
+    ("ConvTranspose2d output_size", lambda m: m.ConvTranspose2d(2, 3, 3, stride=2, padding=1), (1, 2, 5, 6),
+     (10, 12)),
+    ("ConvTranspose2d output_size 4-d", lambda m: m.ConvTranspose2d(2, 3, 3, stride=3), (2, 2, 3, 4), (2, 3, 9, 12)),
+    ("ConvTranspose2d unbatched", lambda m: m.ConvTranspose2d(2, 3, 3, stride=2), (2, 4, 5), None),
+    ("ConvTranspose2d depthwise", lambda m: m.ConvTranspose2d(4, 4, 3, stride=2, groups=4), (2, 4, 5, 5), None),
+    ("ConvTranspose1d", lambda m: m.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), (2, 3, 9),
+     None),
+    ("ConvTranspose1d output_size groups", lambda m: m.ConvTranspose1d(4, 2, 4, stride=3, groups=2), (2, 4, 7),
+     (22,)),
+    ("decoder", lambda m: m.Sequential(m.Conv2d(2, 4, 3, stride=2, padding=1), m.ReLU(),
+                                       m.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1)),
+     (2, 2, 9, 8), None),
+]
+
+
+@pytest.mark.parametrize("name,build,shape,output_size", CONV_TRANSPOSE_MODULES,
+                         ids=[c[0] for c in CONV_TRANSPOSE_MODULES])
+def test_conv_transpose_matches_torch(name, build, shape, output_size):
+    torch.manual_seed(0)
+    ref = build(torch.nn)
+    ours = build(tnn)
+    copy_state(ref, ours)
+    x = torch.randn(*shape, requires_grad=True)
+    xo = to_tt(x.detach()).requires_grad_(True)
+    if output_size is None:
+        y, yo = ref(x), ours(xo)
+    else:
+        y, yo = ref(x, output_size=output_size), ours(xo, output_size=output_size)
+    assert tuple(yo.shape) == tuple(y.shape)
+    close(y, yo, rtol=1e-4, atol=1e-4, what="output")
+    g = torch.randn(*y.shape)
+    y.backward(g)
+    yo.backward(to_tt(g))
+    close(x.grad, xo.grad, rtol=1e-4, atol=1e-4, what="input grad")
+    for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
+        close(p.grad, po.grad, rtol=1e-4, atol=1e-4, what=f"grad of {k}")
+    assert repr(ours) == repr(ref)
+    if isinstance(ref, torch.nn.ConvTranspose2d) and len(shape) == 4:
+        assert yo.grad_fn.name() == y.grad_fn.name()
+
+
+def test_conv_transpose_functional_and_init():
+    torch.manual_seed(1)
+    x, w, b = torch.randn(2, 4, 5, 6), torch.randn(4, 3, 2, 3), torch.randn(6)
+    y = torch.nn.functional.conv_transpose2d(x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0),
+                                             groups=2, dilation=(1, 2))
+    yo = tnn.functional.conv_transpose2d(to_tt(x), to_tt(w), to_tt(b), stride=(2, 1), padding=(1, 0),
+                                         output_padding=(1, 0), groups=2, dilation=(1, 2))
+    close(y, yo, rtol=1e-4, atol=1e-4)
+    y1 = torch.nn.functional.conv_transpose1d(x[:, :, 0], w[:, :, 0], None, 2, 1, 1)
+    close(y1, tnn.functional.conv_transpose1d(to_tt(x[:, :, 0]), to_tt(w[:, :, 0]), None, 2, 1, 1), 1e-4, 1e-4)
+    # default init: kaiming_uniform(a=sqrt(5)) with fan_in = weight.shape[1] * kernel, so |w| <= 1/sqrt(fan_in)
+    m = tnn.ConvTranspose2d(8, 6, 3, groups=2)
+    assert tuple(m.weight.shape) == tuple(torch.nn.ConvTranspose2d(8, 6, 3, groups=2).weight.shape)
+    bound = 1 / np.sqrt(3 * 9)
+    w_values = np.array(m.weight.detach().tolist())
+    assert np.abs(w_values).max() <= bound and np.abs(w_values).max() > 0.8 * bound
+    assert np.abs(np.array(m.bias.detach().tolist())).max() <= bound
+
+
+def test_conv_transpose_errors():
+    m = tnn.ConvTranspose2d(2, 3, 3, stride=2)
+    with pytest.raises(ValueError, match="valid sizes range from 9 to 10"):
+        m(tt.zeros(1, 2, 4, 4), output_size=(12, 12))
+    with pytest.raises(RuntimeError, match="weight"):
+        tnn.functional.conv_transpose2d(tt.zeros(1, 3, 4, 4), tt.zeros(2, 3, 3, 3))
+    with pytest.raises(RuntimeError, match="output_padding"):
+        tnn.functional.conv_transpose2d(tt.zeros(1, 2, 4, 4), tt.zeros(2, 3, 3, 3), stride=2, output_padding=2)
+    with pytest.raises(ValueError, match="zeros"):
+        tnn.ConvTranspose2d(2, 3, 3, padding_mode="reflect")
