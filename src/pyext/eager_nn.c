@@ -2,7 +2,7 @@
  * backend runs) with autograd nodes whose backward calls their backward kernels. The transposed
  * convolution has no loops of its own: it is the input-gradient of a convolution (see
  * conv_transpose2d below), so it runs on the convolution backward kernels. */
-#include "eager.h"
+#include "eager_nn.h"
 
 #include "torchburn/alloc.h"
 #include "torchburn/ops.h"
@@ -31,7 +31,14 @@ static tb_status linear_backward(tt_node *node, const tb_tensor *g, tb_tensor *g
     return status;
 }
 
-enum { NN_CONV2D, NN_MAX_POOL2D, NN_AVG_POOL2D, NN_ADAPTIVE_AVG_POOL2D, NN_LINEAR, NN_CONV_TRANSPOSE2D };
+enum {
+    NN_CONV2D = TT_NN_CONV2D,
+    NN_MAX_POOL2D = TT_NN_MAX_POOL2D,
+    NN_AVG_POOL2D = TT_NN_AVG_POOL2D,
+    NN_ADAPTIVE_AVG_POOL2D = TT_NN_ADAPTIVE_AVG_POOL2D,
+    NN_LINEAR = TT_NN_LINEAR,
+    NN_CONV_TRANSPOSE2D = TT_NN_CONV_TRANSPOSE2D,
+};
 
 /* conv_transpose2d backward: y = conv_transpose(x, w) + b means x's gradient is the plain convolution of g
  * with w, w's gradient is the weight-gradient of the convolution that maps g's shape to x's (input g,
@@ -104,6 +111,7 @@ tb_status tt_nn_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
                               {node->ints[4], node->ints[5]}, node->ints[6]};
         return conv_transpose2d_backward(node, &p, g, grads);
     }
+    case TT_NN_RESIZE: return tt_nn_resize_backward(node, g, grads);
     default: return tb_error_set(TB_ERR_UNSUPPORTED, "unknown nn node");
     }
 }
@@ -364,4 +372,6 @@ static PyMethodDef nn_functions[] = {
 };
 
 int tt_register_nn(PyObject *module);
-int tt_register_nn(PyObject *module) { return PyModule_AddFunctions(module, nn_functions); }
+int tt_register_nn(PyObject *module) {
+    return PyModule_AddFunctions(module, nn_functions) != 0 ? -1 : tt_register_nn_resize(module);
+}
