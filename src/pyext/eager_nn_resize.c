@@ -83,10 +83,10 @@ typedef struct resize_job {
     void *dst;                     /* forward: y planes; backward: zeroed grad_input planes */
 } resize_job;
 
-/* One body for both precisions (T = float, double), as in src/eager/pointwise.c. Forward:
- * y = w0r * (w0c * x00 + w1c * x01) + w1r * (w0c * x10 + w1c * x11), aten's order; a zero weight is
- * skipped, so nearest and same-size axes copy values exactly (no 0 * inf). Backward scatters
- * g * wr * wc in output order. */
+/* One body for both precisions (T = float, double), as in src/eager/pointwise.c. Nearest modes copy
+ * (forward) and add (backward) single values. Linear: y = w0r * (w0c * x00 + w1c * x01) + w1r * (w0c *
+ * x10 + w1c * x11), aten's order, every weight applied even when 0 (so an inf next to a sample point
+ * gives NaN as in torch); 1-D input has no row term. Backward scatters (wr * wc) * g in output order. */
 #define RESIZE_LOOPS(T, SUFFIX)                                                                               \
     static void resize_forward_##SUFFIX(void *context, int64_t begin, int64_t end, int thread_index) {        \
         (void)thread_index;                                                                                   \
@@ -101,15 +101,13 @@ typedef struct resize_job {
                 const T *x0 = x + r->index0 * geo->in_size[1], *x1 = x + r->index1 * geo->in_size[1];         \
                 for (int64_t ow = 0; ow < geo->out_size[1]; ow++) {                                           \
                     const resize_tap *c = &job->cols[ow];                                                     \
-                    T cw0 = (T)c->weight0, cw1 = (T)c->weight1;                                               \
-                    T top = c->weight1 != 0.0 ? cw0 * x0[c->index0] + cw1 * x0[c->index1]                    \
-                                              : (c->weight0 != 1.0 ? cw0 * x0[c->index0] : x0[c->index0]);    \
-                    if (r->weight1 != 0.0) {                                                                  \
-                        T bottom = c->weight1 != 0.0 ? cw0 * x1[c->index0] + cw1 * x1[c->index1]              \
-                                                     : (c->weight0 != 1.0 ? cw0 * x1[c->index0] : x1[c->index0]); \
-                        top = (T)r->weight0 * top + (T)r->weight1 * bottom;                                   \
-                    } else if (r->weight0 != 1.0) {                                                           \
-                        top = (T)r->weight0 * top;                                                            \
+                    T cw0 = (T)c->weight0, cw1 = (T)c->weight1, top;                                          \
+                    if (geo->mode != RESIZE_LINEAR) {                                                         \
+                        top = x0[c->index0];                                                                  \
+                    } else {                                                                                  \
+                        top = cw0 * x0[c->index0] + cw1 * x0[c->index1];                                      \
+                        if (geo->spatial == 2)                                                                \
+                            top = (T)r->weight0 * top + (T)r->weight1 * (cw0 * x1[c->index0] + cw1 * x1[c->index1]); \
                     }                                                                                         \
                     y[oh * geo->out_size[1] + ow] = top;                                                      \
                 }                                                                                             \
@@ -130,12 +128,15 @@ typedef struct resize_job {
                 for (int64_t ow = 0; ow < geo->out_size[1]; ow++) {                                           \
                     const resize_tap *c = &job->cols[ow];                                                     \
                     T v = g[oh * geo->out_size[1] + ow];                                                      \
+                    if (geo->mode != RESIZE_LINEAR) {                                                         \
+                        dx[r->index0 * in_w + c->index0] += v;                                                \
+                        continue;                                                                             \
+                    }                                                                                         \
                     double rw[2] = {r->weight0, r->weight1}, cw[2] = {c->weight0, c->weight1};               \
                     int64_t ri[2] = {r->index0, r->index1}, ci[2] = {c->index0, c->index1};                   \
-                    for (int a = 0; a < 2; a++)                                                               \
+                    for (int a = 0; a < geo->spatial; a++)                                                    \
                         for (int b = 0; b < 2; b++)                                                           \
-                            if (rw[a] != 0.0 && cw[b] != 0.0)                                                 \
-                                dx[ri[a] * in_w + ci[b]] += (T)rw[a] * (T)cw[b] * v;                          \
+                            dx[ri[a] * in_w + ci[b]] += (T)rw[a] * (T)cw[b] * v;                              \
                 }                                                                                             \
             }                                                                                                 \
         }                                                                                                     \
