@@ -1,7 +1,10 @@
 /* turbo_torch's convolution and pooling: the float32 C kernels of ops_nn.h (the same ones the compile
- * backend runs) with autograd nodes whose backward calls their backward kernels. */
-#include "eager.h"
+ * backend runs) with autograd nodes whose backward calls their backward kernels. The transposed
+ * convolution has no loops of its own: it is the input-gradient of a convolution (see
+ * conv_transpose2d below), so it runs on the convolution backward kernels. */
+#include "eager_nn.h"
 
+#include "torchburn/alloc.h"
 #include "torchburn/ops.h"
 #include "torchburn/ops_nn.h"
 
@@ -28,7 +31,32 @@ static tb_status linear_backward(tt_node *node, const tb_tensor *g, tb_tensor *g
     return status;
 }
 
-enum { NN_CONV2D, NN_MAX_POOL2D, NN_AVG_POOL2D, NN_ADAPTIVE_AVG_POOL2D, NN_LINEAR };
+enum {
+    NN_CONV2D = TT_NN_CONV2D,
+    NN_MAX_POOL2D = TT_NN_MAX_POOL2D,
+    NN_AVG_POOL2D = TT_NN_AVG_POOL2D,
+    NN_ADAPTIVE_AVG_POOL2D = TT_NN_ADAPTIVE_AVG_POOL2D,
+    NN_LINEAR = TT_NN_LINEAR,
+    NN_CONV_TRANSPOSE2D = TT_NN_CONV_TRANSPOSE2D,
+};
+
+/* conv_transpose2d backward: y = conv_transpose(x, w) + b means x's gradient is the plain convolution of g
+ * with w, w's gradient is the weight-gradient of the convolution that maps g's shape to x's (input g,
+ * output gradient x), and b's the per-channel sums of g. */
+static tb_status conv_transpose2d_backward(tt_node *node, const tb_conv2d_params *p, const tb_tensor *g,
+                                           tb_tensor *grads) {
+    const tb_tensor *x = &node->saved[0].tensor, *w = &node->saved[1].tensor;
+    if (node->edges[0])
+        TB_TRY(tb_op_conv2d(g, w, NULL, p, &grads[0]));
+    if (node->edges[1]) {
+        bool mask[3] = {false, true, false};
+        tb_tensor unused_input = {0}, unused_bias = {0};
+        TB_TRY(tb_op_conv2d_backward(x, g, w, p, mask, &unused_input, &grads[1], &unused_bias));
+    }
+    if (node->n_edges > 2 && node->edges[2])
+        TB_TRY(tb_eager_reduce(TB_EAGER_REDUCE_SUM, g, 1u | 4u | 8u, false, g->dtype, &grads[2]));
+    return TB_OK;
+}
 
 static int int_pair(PyObject *o, int64_t out[2], const char *what) {
     if (PyLong_Check(o)) {
@@ -78,6 +106,12 @@ tb_status tt_nn_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
     }
     case NN_ADAPTIVE_AVG_POOL2D: return tb_op_adaptive_avg_pool2d_backward(g, x, &grads[0]);
     case NN_LINEAR: return linear_backward(node, g, grads);
+    case NN_CONV_TRANSPOSE2D: {
+        tb_conv2d_params p = {{node->ints[0], node->ints[1]}, {node->ints[2], node->ints[3]}, {0, 0},
+                              {node->ints[4], node->ints[5]}, node->ints[6]};
+        return conv_transpose2d_backward(node, &p, g, grads);
+    }
+    case TT_NN_RESIZE: return tt_nn_resize_backward(node, g, grads);
     default: return tb_error_set(TB_ERR_UNSUPPORTED, "unknown nn node");
     }
 }
@@ -121,6 +155,113 @@ static PyObject *py_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
         }
         int64_t ints[11] = {p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1],
                             p.groups, 0, 0, p.extra_padding[0], p.extra_padding[1]};
+        memcpy(node->ints, ints, sizeof ints);
+        tt_node_save(node, 0, tt_data(args[0]));
+        tt_node_save(node, 1, tt_data(args[1]));
+        tt_set_grad_fn(result, node);
+    }
+    return result;
+}
+
+/* out[n, c] += bias[c] over a fresh contiguous float32 [N, C, H, W] */
+static tb_status add_channel_bias(const tb_tensor *bias, tb_tensor *out) {
+    int64_t channels = out->shape[1], plane = out->shape[2] * out->shape[3];
+    if (bias->ndim != 1 || bias->shape[0] != channels)
+        return tb_error_set(TB_ERR_SHAPE, "conv_transpose2d: bias must be 1-D with %lld elements",
+                            (long long)channels);
+    tb_tensor b = {0};
+    TB_TRY(tb_tensor_contiguous(bias, TB_F32, &b));
+    const float *bv = tb_tensor_data(&b);
+    float *o = tb_tensor_data(out);
+    for (int64_t nc = 0; nc < out->shape[0] * channels; nc++) {
+        float add = bv[nc % channels];
+        for (int64_t i = 0; i < plane; i++)
+            o[nc * plane + i] += add;
+    }
+    tb_tensor_release(&b);
+    return TB_OK;
+}
+
+/* aten::conv_transpose2d on batched float32: x [N, C_in, H, W], w [C_in, C_out / groups, KH, KW] ->
+ * [N, C_out, OH, OW], OH = (H - 1) * stride - 2 * padding + dilation * (KH - 1) + output_padding + 1.
+ * The convolution with weight w from [N, C_out, OH, OW] to [N, C_in, H, W] (every output_padding <
+ * stride, so its output height is H again) has exactly this map as its input-gradient: the forward
+ * is that backward with grad_output = x. Its input is only a shape (a broadcast zero). */
+static tb_status conv_transpose2d(const tb_tensor *x, const tb_tensor *w, const tb_tensor *bias,
+                                  const tb_conv2d_params *p, const int64_t output_padding[2], tb_tensor *out) {
+    memset(out, 0, sizeof *out);
+    if (x->ndim != 4 || w->ndim != 4)
+        return tb_error_set(TB_ERR_SHAPE, "conv_transpose2d: expected a 4-D input and a 4-D weight, got %d and "
+                            "%d dims", x->ndim, w->ndim);
+    if (p->groups < 1 || w->shape[0] != x->shape[1] || w->shape[0] % p->groups)
+        return tb_error_set(TB_ERR_SHAPE, "conv_transpose2d: weight of shape [%lld, %lld, ...] with groups=%lld "
+                            "does not fit an input with %lld channels (weight.shape[0] must equal the input "
+                            "channels and be divisible by groups)", (long long)w->shape[0],
+                            (long long)w->shape[1], (long long)p->groups, (long long)x->shape[1]);
+    int64_t shape[4] = {x->shape[0], w->shape[1] * p->groups, 0, 0};
+    for (int i = 0; i < 2; i++) {
+        if (p->stride[i] < 1 || p->dilation[i] < 1 || p->padding[i] < 0)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "conv_transpose2d: stride and dilation must be >= 1 and "
+                                "padding >= 0");
+        if (output_padding[i] < 0 || output_padding[i] >= p->stride[i])
+            return tb_error_set(TB_ERR_UNSUPPORTED, "conv_transpose2d: output_padding %lld must be >= 0 and "
+                                "smaller than the stride %lld", (long long)output_padding[i],
+                                (long long)p->stride[i]);
+        shape[2 + i] = (x->shape[2 + i] - 1) * p->stride[i] - 2 * p->padding[i] +
+                       p->dilation[i] * (w->shape[2 + i] - 1) + output_padding[i] + 1;
+        if (shape[2 + i] < 1)
+            return tb_error_set(TB_ERR_SHAPE, "conv_transpose2d: the output size %lld of dim %d is too small",
+                                (long long)shape[2 + i], 2 + i);
+    }
+    tb_tensor one = {0}, shape_only = {0}, unused_weight = {0}, unused_bias = {0};
+    TB_TRY(tb_tensor_empty(TB_F32, 4, (int64_t[]){1, 1, 1, 1}, TB_ALLOC_ZERO, &one));
+    tb_status status = tb_tensor_expand(&one, 4, shape, &shape_only);
+    bool mask[3] = {true, false, false};
+    if (status == TB_OK)
+        status = tb_op_conv2d_backward(x, &shape_only, w, p, mask, out, &unused_weight, &unused_bias);
+    if (status == TB_OK && bias)
+        status = add_channel_bias(bias, out);
+    tb_tensor_release(&one);
+    tb_tensor_release(&shape_only);
+    if (status != TB_OK)
+        tb_tensor_release(out);
+    return status;
+}
+
+/* _tt_conv_transpose2d(x, weight, bias_or_None, stride, padding, output_padding, groups, dilation) */
+static PyObject *py_conv_transpose2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8 || !tt_check(args[0]) || !tt_check(args[1]) || (args[2] != Py_None && !tt_check(args[2])))
+        return PyErr_Format(PyExc_TypeError, "_tt_conv_transpose2d(x, weight, bias, stride, padding, "
+                            "output_padding, groups, dilation)"), NULL;
+    tb_conv2d_params p = {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
+    int64_t output_padding[2];
+    if (int_pair(args[3], p.stride, "stride") != 0 || int_pair(args[4], p.padding, "padding") != 0 ||
+        int_pair(args[5], output_padding, "output_padding") != 0 || int_pair(args[7], p.dilation, "dilation") != 0)
+        return NULL;
+    p.groups = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred() || float32_only(args[0], "conv_transpose2d") != 0 ||
+        float32_only(args[1], "conv_transpose2d") != 0 ||
+        (args[2] != Py_None && float32_only(args[2], "conv_transpose2d") != 0))
+        return NULL;
+    const tb_tensor *bias = args[2] == Py_None ? NULL : tt_data(args[2]);
+    tb_tensor out;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = conv_transpose2d(tt_data(args[0]), tt_data(args[1]), bias, &p, output_padding, &out);
+    Py_END_ALLOW_THREADS
+    if (status != TB_OK)
+        return tt_raise(status);
+    PyObject *result = tt_wrap(&out);
+    PyObject *inputs[3] = {args[0], args[1], args[2] == Py_None ? NULL : args[2]};
+    int n = args[2] == Py_None ? 2 : 3;
+    if (result && tt_needs_grad(n, inputs)) {
+        tt_node *node = tt_node_new(TT_NODE_NN, NN_CONV_TRANSPOSE2D, "ConvolutionBackward0", n, inputs);
+        if (!node) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        int64_t ints[7] = {p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1],
+                           p.groups};
         memcpy(node->ints, ints, sizeof ints);
         tt_node_save(node, 0, tt_data(args[0]));
         tt_node_save(node, 1, tt_data(args[1]));
@@ -225,9 +366,12 @@ static PyObject *py_linear(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef nn_functions[] = {
     {"_tt_linear", (PyCFunction)(void (*)(void))py_linear, METH_FASTCALL, NULL},
     {"_tt_conv2d", (PyCFunction)(void (*)(void))py_conv2d, METH_FASTCALL, NULL},
+    {"_tt_conv_transpose2d", (PyCFunction)(void (*)(void))py_conv_transpose2d, METH_FASTCALL, NULL},
     {"_tt_pool2d", (PyCFunction)(void (*)(void))py_pool2d, METH_FASTCALL, NULL},
     {NULL},
 };
 
 int tt_register_nn(PyObject *module);
-int tt_register_nn(PyObject *module) { return PyModule_AddFunctions(module, nn_functions); }
+int tt_register_nn(PyObject *module) {
+    return PyModule_AddFunctions(module, nn_functions) != 0 ? -1 : tt_register_nn_resize(module);
+}

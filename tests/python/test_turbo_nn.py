@@ -413,3 +413,176 @@ def test_sequence_modules_match_torch(name, build, kind, batch_first):
     for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
         close(p.grad, po.grad, rtol=1e-6, atol=1e-6, what=f"grad of {k}")
     assert repr(ours) == repr(ref)
+
+
+# ---- transposed convolution (C: the input-gradient of a convolution) ----------------------------------
+
+CONV_TRANSPOSE_MODULES = [
+    ("ConvTranspose2d", lambda m: m.ConvTranspose2d(3, 4, 3), (2, 3, 5, 6), None),
+    ("ConvTranspose2d stride pad output_padding", lambda m: m.ConvTranspose2d(3, 5, 3, stride=2, padding=1,
+                                                                               output_padding=1), (2, 3, 7, 4), None),
+    ("ConvTranspose2d groups dilation", lambda m: m.ConvTranspose2d(4, 6, 3, stride=2, padding=2, dilation=2,
+                                                                     groups=2), (1, 4, 5, 7), None),
+    ("ConvTranspose2d rect no bias", lambda m: m.ConvTranspose2d(3, 2, (2, 3), stride=(3, 2), padding=(0, 1),
+                                                                  output_padding=(2, 1), bias=False), (2, 3, 4, 5),
+     None),
+    ("ConvTranspose2d output_size", lambda m: m.ConvTranspose2d(2, 3, 3, stride=2, padding=1), (1, 2, 5, 6),
+     (10, 12)),
+    ("ConvTranspose2d output_size 4-d", lambda m: m.ConvTranspose2d(2, 3, 3, stride=3), (2, 2, 3, 4), (2, 3, 9, 12)),
+    ("ConvTranspose2d unbatched", lambda m: m.ConvTranspose2d(2, 3, 3, stride=2), (2, 4, 5), None),
+    ("ConvTranspose2d depthwise", lambda m: m.ConvTranspose2d(4, 4, 3, stride=2, groups=4), (2, 4, 5, 5), None),
+    ("ConvTranspose1d", lambda m: m.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), (2, 3, 9),
+     None),
+    ("ConvTranspose1d output_size groups", lambda m: m.ConvTranspose1d(4, 2, 4, stride=3, groups=2), (2, 4, 7),
+     (22,)),
+    ("decoder", lambda m: m.Sequential(m.Conv2d(2, 4, 3, stride=2, padding=1), m.ReLU(),
+                                       m.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1)),
+     (2, 2, 9, 8), None),
+]
+
+
+@pytest.mark.parametrize("name,build,shape,output_size", CONV_TRANSPOSE_MODULES,
+                         ids=[c[0] for c in CONV_TRANSPOSE_MODULES])
+def test_conv_transpose_matches_torch(name, build, shape, output_size):
+    torch.manual_seed(0)
+    ref = build(torch.nn)
+    ours = build(tnn)
+    copy_state(ref, ours)
+    x = torch.randn(*shape, requires_grad=True)
+    xo = to_tt(x.detach()).requires_grad_(True)
+    if output_size is None:
+        y, yo = ref(x), ours(xo)
+    else:
+        y, yo = ref(x, output_size=output_size), ours(xo, output_size=output_size)
+    assert tuple(yo.shape) == tuple(y.shape)
+    close(y, yo, rtol=1e-4, atol=1e-4, what="output")
+    g = torch.randn(*y.shape)
+    y.backward(g)
+    yo.backward(to_tt(g))
+    close(x.grad, xo.grad, rtol=1e-4, atol=1e-4, what="input grad")
+    for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
+        close(p.grad, po.grad, rtol=1e-4, atol=1e-4, what=f"grad of {k}")
+    assert repr(ours) == repr(ref)
+    if isinstance(ref, torch.nn.ConvTranspose2d) and len(shape) == 4:
+        assert yo.grad_fn.name() == y.grad_fn.name()
+
+
+def test_conv_transpose_functional_and_init():
+    torch.manual_seed(1)
+    x, w, b = torch.randn(2, 4, 5, 6), torch.randn(4, 3, 2, 3), torch.randn(6)
+    y = torch.nn.functional.conv_transpose2d(x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0),
+                                             groups=2, dilation=(1, 2))
+    yo = tnn.functional.conv_transpose2d(to_tt(x), to_tt(w), to_tt(b), stride=(2, 1), padding=(1, 0),
+                                         output_padding=(1, 0), groups=2, dilation=(1, 2))
+    close(y, yo, rtol=1e-4, atol=1e-4)
+    y1 = torch.nn.functional.conv_transpose1d(x[:, :, 0], w[:, :, 0], None, 2, 1, 1)
+    close(y1, tnn.functional.conv_transpose1d(to_tt(x[:, :, 0]), to_tt(w[:, :, 0]), None, 2, 1, 1), 1e-4, 1e-4)
+    # default init: kaiming_uniform(a=sqrt(5)) with fan_in = weight.shape[1] * kernel, so |w| <= 1/sqrt(fan_in)
+    m = tnn.ConvTranspose2d(8, 6, 3, groups=2)
+    assert tuple(m.weight.shape) == tuple(torch.nn.ConvTranspose2d(8, 6, 3, groups=2).weight.shape)
+    bound = 1 / np.sqrt(3 * 9)
+    w_values = np.array(m.weight.detach().tolist())
+    assert np.abs(w_values).max() <= bound and np.abs(w_values).max() > 0.8 * bound
+    assert np.abs(np.array(m.bias.detach().tolist())).max() <= bound
+
+
+def test_conv_transpose_errors():
+    m = tnn.ConvTranspose2d(2, 3, 3, stride=2)
+    with pytest.raises(ValueError, match="valid sizes range from 9 to 10"):
+        m(tt.zeros(1, 2, 4, 4), output_size=(12, 12))
+    with pytest.raises(RuntimeError, match="weight"):
+        tnn.functional.conv_transpose2d(tt.zeros(1, 3, 4, 4), tt.zeros(2, 3, 3, 3))
+    with pytest.raises(RuntimeError, match="output_padding"):
+        tnn.functional.conv_transpose2d(tt.zeros(1, 2, 4, 4), tt.zeros(2, 3, 3, 3), stride=2, output_padding=2)
+    with pytest.raises(ValueError, match="zeros"):
+        tnn.ConvTranspose2d(2, 3, 3, padding_mode="reflect")
+
+
+# ---- interpolate / Upsample (C: src/pyext/eager_nn_resize.c) ------------------------------------------
+
+INTERPOLATE_CASES = [
+    ((2, 3, 5, 7), dict(scale_factor=2)),
+    ((2, 3, 5, 7), dict(size=(9, 4))),
+    ((1, 2, 6, 5), dict(scale_factor=1.7, mode="nearest")),
+    ((1, 2, 6, 5), dict(scale_factor=(0.4, 2.3), mode="nearest")),
+    ((1, 2, 6, 5), dict(size=(11, 3), mode="nearest-exact")),
+    ((1, 2, 6, 5), dict(scale_factor=1.5, mode="nearest-exact")),
+    ((2, 3, 5, 7), dict(size=(9, 4), mode="bilinear")),
+    ((2, 3, 5, 7), dict(size=(9, 13), mode="bilinear", align_corners=True)),
+    ((2, 3, 5, 7), dict(size=(5, 7), mode="bilinear")),
+    ((1, 2, 6, 5), dict(scale_factor=(1.7, 0.6), mode="bilinear")),
+    ((1, 2, 6, 5), dict(scale_factor=2.5, mode="bilinear", recompute_scale_factor=True)),
+    ((1, 2, 1, 5), dict(size=(3, 1), mode="bilinear", align_corners=True)),
+    ((2, 3, 7), dict(size=12, mode="linear")),
+    ((2, 3, 7), dict(scale_factor=0.5, mode="linear", align_corners=True)),
+    ((2, 3, 7), dict(scale_factor=2.5, mode="nearest")),
+    ((2, 3, 7), dict(size=4, mode="nearest-exact")),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape,kwargs", INTERPOLATE_CASES, ids=[f"{s}-{k}" for s, k in INTERPOLATE_CASES])
+def test_interpolate_matches_torch(shape, kwargs, dtype):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, dtype=getattr(torch, dtype), requires_grad=True)
+    xo = to_tt(x.detach()).requires_grad_(True)
+    y = torch.nn.functional.interpolate(x, **kwargs)
+    yo = tnn.functional.interpolate(xo, **kwargs)
+    assert tuple(yo.shape) == tuple(y.shape)
+    assert str(yo.dtype) == str(y.dtype)
+    tol = 1e-6 if dtype == "float32" else 1e-13
+    close(y, yo, rtol=tol, atol=tol, what="output")
+    assert yo.grad_fn.name() == y.grad_fn.name()
+    g = torch.randn(*y.shape, dtype=x.dtype)
+    y.backward(g)
+    yo.backward(to_tt(g))
+    assert str(xo.grad.dtype) == str(x.grad.dtype)
+    close(x.grad, xo.grad, rtol=tol, atol=tol, what="input grad")
+
+
+def test_interpolate_strided_input_and_special_values():
+    x = torch.randn(2, 6, 5, 3).transpose(1, 3)  # [2, 3, 5, 6], not contiguous
+    x[0, 0, 0, 0] = float("inf")
+    x[1, 2, 3, 4] = float("nan")
+    xo = to_tt(x.contiguous())
+    xo_strided = xo.permute(0, 3, 2, 1).contiguous().permute(0, 3, 2, 1)
+    assert not xo_strided.is_contiguous()
+    for kwargs in (dict(scale_factor=2), dict(size=(7, 4), mode="bilinear"), dict(size=(5, 9), mode="bilinear"),
+                   dict(scale_factor=0.5, mode="bilinear", align_corners=True)):
+        close(torch.nn.functional.interpolate(x, **kwargs), tnn.functional.interpolate(xo_strided, **kwargs))
+
+
+UPSAMPLE_MODULES = [
+    ("Upsample nearest", lambda m: m.Upsample(scale_factor=2), (2, 3, 4, 5)),
+    ("Upsample bilinear size", lambda m: m.Upsample(size=(7, 9), mode="bilinear"), (2, 3, 4, 5)),
+    ("Upsample bilinear align", lambda m: m.Upsample(scale_factor=(1.5, 2), mode="bilinear", align_corners=True),
+     (1, 2, 4, 5)),
+    ("Upsample linear", lambda m: m.Upsample(scale_factor=3, mode="linear"), (2, 3, 5)),
+    ("UpsamplingNearest2d", lambda m: m.UpsamplingNearest2d(size=6), (1, 2, 3, 4)),
+    ("UpsamplingBilinear2d", lambda m: m.UpsamplingBilinear2d(scale_factor=2), (1, 2, 3, 4)),
+    ("decoder with Upsample", lambda m: m.Sequential(m.Conv2d(2, 3, 3, padding=1), m.Upsample(scale_factor=2,
+                                                     mode="bilinear"), m.Conv2d(3, 1, 3)), (2, 2, 5, 6)),
+]
+
+
+@pytest.mark.parametrize("name,build,shape", UPSAMPLE_MODULES, ids=[c[0] for c in UPSAMPLE_MODULES])
+def test_upsample_modules_match_torch(name, build, shape):
+    test_conv_and_pool_match_torch(name, build, shape)
+
+
+def test_interpolate_errors():
+    x = tt.zeros(1, 2, 4, 4)
+    with pytest.raises(ValueError, match="only one of size or scale_factor"):
+        tnn.functional.interpolate(x, size=3, scale_factor=2)
+    with pytest.raises(ValueError, match="either size or scale_factor"):
+        tnn.functional.interpolate(x)
+    with pytest.raises(ValueError, match="align_corners option can only be set"):
+        tnn.functional.interpolate(x, size=3, align_corners=True)
+    with pytest.raises(NotImplementedError, match="bilinear mode needs 4D input"):
+        tnn.functional.interpolate(tt.zeros(1, 2, 4), size=3, mode="bilinear")
+    with pytest.raises(NotImplementedError, match="float32 and float64"):
+        tnn.functional.interpolate(tt.zeros(1, 2, 4, 4, dtype=tt.int64), size=3)
+    with pytest.raises(ValueError, match="same number of spatial dimensions"):
+        tnn.functional.interpolate(x, size=(3, 3, 3))
+    with pytest.raises(NotImplementedError, match="bicubic"):
+        tnn.functional.interpolate(x, size=3, mode="bicubic")

@@ -425,6 +425,110 @@ def conv1d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride:
     return out if batched else out.squeeze(0)
 
 
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1,
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    """Runs in C as the input-gradient of a convolution (src/pyext/eager_nn.c); float32."""
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, but got input of "
+                           f"size: {list(input.shape)}")
+    batched = input.ndim == 4
+    x = input if batched else input.unsqueeze(0)
+    out = _TC._tt_conv_transpose2d(x, weight, bias, _pair(stride), _pair(padding), _pair(output_padding), groups,
+                                   _pair(dilation))
+    return out if batched else out.squeeze(0)
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: Any = 1,
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    def one(v: Any) -> int:
+        return v if isinstance(v, int) else v[0]
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to conv_transpose1d, but got input of "
+                           f"size: {list(input.shape)}")
+    batched = input.ndim == 3
+    x = (input if batched else input.unsqueeze(0)).unsqueeze(2)
+    out = conv_transpose2d(x, weight.unsqueeze(2), bias, (1, one(stride)), (0, one(padding)),
+                           (0, one(output_padding)), groups, (1, one(dilation))).squeeze(2)
+    return out if batched else out.squeeze(0)
+
+
+_INTERPOLATE_MODES = {"nearest": 0, "nearest-exact": 1, "linear": 2, "bilinear": 2}
+
+
+def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                align_corners: Optional[bool] = None, recompute_scale_factor: Optional[bool] = None,
+                antialias: bool = False) -> Tensor:
+    """Resamples [N, C, W] (nearest, nearest-exact, linear) or [N, C, H, W] (nearest, nearest-exact, bilinear)
+    float32/float64 input in C (src/pyext/eager_nn_resize.c) with torch's index rules and backward.
+
+    >>> interpolate(torch.ones(1, 1, 2, 2), scale_factor=2, mode="bilinear").shape
+    turbo_torch.Size([1, 1, 4, 4])
+    """
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError("align_corners option can only be set with the interpolating modes: "
+                             "linear | bilinear | bicubic | trilinear")
+    elif align_corners is None:
+        align_corners = False
+    dim = input.ndim - 2
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        if isinstance(size, (list, tuple)):
+            if len(size) != dim:
+                raise ValueError(f"Input and output must have the same number of spatial dimensions, but got input "
+                                 f"with spatial dimensions of {list(input.shape[2:])} and output size of {size}. "
+                                 f"Please provide input tensor in (N, C, d1, d2, ...,dK) format and output size in "
+                                 f"(o1, o2, ...,oK) format.")
+            output_size = [int(v) for v in size]
+        else:
+            output_size = [int(size)] * dim
+        scales: list = [None] * dim
+    elif scale_factor is not None:
+        if isinstance(scale_factor, (list, tuple)):
+            if len(scale_factor) != dim:
+                raise ValueError(f"Input and scale_factor must have the same number of spatial dimensions, but got "
+                                 f"input with spatial dimensions of {list(input.shape[2:])} and scale_factor of "
+                                 f"shape {scale_factor}. Please provide input tensor in (N, C, d1, d2, ...,dK) "
+                                 f"format and scale_factor in (s1, s2, ...,sK) format.")
+            scales = [float(v) for v in scale_factor]
+        else:
+            scales = [float(scale_factor)] * dim
+        output_size = [int(input.shape[2 + i] * scales[i]) for i in range(dim)]
+        if recompute_scale_factor:
+            scales = [None] * dim
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    if recompute_scale_factor and size is not None:
+        raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+    if antialias:
+        raise NotImplementedError("turbo_torch: interpolate(antialias=True) is not supported yet")
+    if mode == "linear" and input.ndim != 3:
+        raise NotImplementedError(f"Got {input.ndim}D input, but linear mode needs 3D input")
+    if mode == "bilinear" and input.ndim != 4:
+        raise NotImplementedError(f"Got {input.ndim}D input, but bilinear mode needs 4D input")
+    if mode not in _INTERPOLATE_MODES:
+        raise NotImplementedError(f"turbo_torch: interpolate mode '{mode}' is not supported yet (nearest, "
+                                  f"nearest-exact, linear, bilinear are)")
+    if input.ndim not in (3, 4):
+        raise NotImplementedError(f"turbo_torch: interpolate takes 3-D or 4-D input, got {input.ndim}-D")
+    return _TC._tt_interpolate(input, _INTERPOLATE_MODES[mode], bool(align_corners), tuple(output_size),
+                               tuple(scales))
+
+
+def upsample(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+             align_corners: Optional[bool] = None) -> Tensor:
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Tensor, size: Any = None, scale_factor: Any = None) -> Tensor:
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Tensor, size: Any = None, scale_factor: Any = None) -> Tensor:
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
 def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
                ceil_mode: bool = False, return_indices: bool = False) -> Any:
     stride = kernel_size if stride is None or stride == [] else stride
