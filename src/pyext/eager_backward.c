@@ -511,6 +511,7 @@ static tb_status flip_backward(tt_node *node, const tb_tensor *g, tb_tensor *gra
 
 tb_status tt_node_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads);
 tb_status tt_nn_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads);
+tb_status tt_rnn_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads);
 
 tb_status tt_node_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
     switch (node->kind) {
@@ -566,6 +567,7 @@ tb_status tt_node_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) 
         return TB_OK;
     }
     case TT_NODE_NN: return tt_nn_backward(node, g, grads);
+    case TT_NODE_RNN: return tt_rnn_backward(node, g, grads);
     case TT_NODE_INDEX: { /* index_select: add g's rows back at their indices */
         tb_tensor zeros;
         TB_TRY(zeros_like_shape(g->dtype, node->in_ndim[0], node->in_shape[0], &zeros));

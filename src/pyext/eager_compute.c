@@ -720,7 +720,8 @@ int tt_register_optim(PyObject *module); /* eager_optim.c */
 int tt_register_serialize(PyObject *module);
 int tb_pyext_register_eager(PyObject *module) {
     extern int tt_register_nn(PyObject *module);
-    if (tt_register_compute(module) != 0 || tt_register_tensor(module) != 0 || tt_register_autograd(module) != 0 ||
+    extern int tt_register_rnn(PyObject *module);
+    if (tt_register_rnn(module) != 0 || tt_register_compute(module) != 0 || tt_register_tensor(module) != 0 || tt_register_autograd(module) != 0 ||
         tt_register_ops(module) != 0 || tt_register_index(module) != 0 || tt_register_nn(module) != 0 ||
         tt_register_optim(module) != 0 || tt_register_serialize(module) != 0)
         return -1;

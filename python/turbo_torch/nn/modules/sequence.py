@@ -7,6 +7,7 @@ import math
 from typing import Any, Optional, Tuple
 
 import turbo_torch as torch
+from torchburn import _C
 
 from .. import functional as F
 from .. import init
@@ -287,12 +288,8 @@ class RNNBase(Module):
                 b_ih = getattr(self, "bias_ih" + suffix) if self.bias else None
                 b_hh = getattr(self, "bias_hh" + suffix) if self.bias else None
                 s = self._select_state(state, layer * directions + direction)
-                steps = range(seq - 1, -1, -1) if direction else range(seq)
-                outs = [None] * seq
-                for t in steps:
-                    s = self._cell(layer_input[t], s, w_ih, w_hh, b_ih, b_hh)
-                    outs[t] = self._output(s)
-                outputs.append(torch.stack(outs, 0))
+                out, s = self._run_layer(layer_input, s, w_ih, w_hh, b_ih, b_hh, bool(direction))
+                outputs.append(out)
                 finals.append(s)
             layer_input = outputs[0] if directions == 1 else torch.cat(outputs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
@@ -305,6 +302,15 @@ class RNNBase(Module):
             output = output.squeeze(1)
             final = self._squeeze_state(final)
         return output, final
+
+    def _run_layer(self, x: Any, s: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, reverse: bool) -> Any:
+        """One layer and direction over the sequence x [T, B, I]: (outputs [T, B, H], final state)."""
+        seq = x.shape[0]
+        outs = [None] * seq
+        for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
+            s = self._cell(x[t], s, w_ih, w_hh, b_ih, b_hh)
+            outs[t] = self._output(s)
+        return torch.stack(outs, 0), s
 
     # plain RNN/GRU: the state is one tensor [layers*dirs, B, H]
     def _initial_state(self, hx: Any, batch: int, dtype: Any, batched: bool) -> Any:
@@ -375,6 +381,15 @@ class LSTM(RNNBase):
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
         return (h, c)
+
+    def _run_layer(self, x: Any, s: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, reverse: bool) -> Any:
+        # float32 forward direction: the whole layer is one C op and one autograd node (eager_rnn.c);
+        # it returns Y [T + 1, B, H] with the outputs h_1..h_T in Y[:T] and c_T in Y[T]
+        y = None if reverse else _C._tt_lstm_layer(x, s[0], s[1], w_ih, w_hh, b_ih, b_hh)
+        if y is None:
+            return super()._run_layer(x, s, w_ih, w_hh, b_ih, b_hh, reverse)
+        seq = x.shape[0]
+        return y[:seq], (y[seq - 1], y[seq])
 
     def _initial_state(self, hx: Any, batch: int, dtype: Any, batched: bool) -> Any:
         if hx is None:
