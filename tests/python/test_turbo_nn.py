@@ -586,3 +586,46 @@ def test_interpolate_errors():
         tnn.functional.interpolate(x, size=(3, 3, 3))
     with pytest.raises(NotImplementedError, match="bicubic"):
         tnn.functional.interpolate(x, size=3, mode="bicubic")
+
+
+# ---- the fused LSTM layer (src/pyext/eager_rnn.c) ----
+
+@pytest.mark.parametrize("layers,batch_first,bias", [(1, False, True), (2, True, True), (1, True, False)])
+def test_lstm_runs_fused_and_matches_torch(monkeypatch, layers, batch_first, bias):
+    from torchburn import _C
+
+    calls = []
+    fused = _C._tt_lstm_layer
+    monkeypatch.setattr(_C, "_tt_lstm_layer", lambda *a: calls.append(1) or fused(*a))
+    torch.manual_seed(1)
+    ref = torch.nn.LSTM(5, 7, num_layers=layers, batch_first=batch_first, bias=bias)
+    ours = tnn.LSTM(5, 7, num_layers=layers, batch_first=batch_first, bias=bias)
+    copy_state(ref, ours)
+    x = torch.randn(3, 4, 5, requires_grad=True)
+    h0, c0 = torch.randn(layers, 3 if batch_first else 4, 7), torch.randn(layers, 3 if batch_first else 4, 7)
+    xo = to_tt(x.detach()).requires_grad_(True)
+    out, (h, c) = ref(x, (h0, c0))
+    oo, (ho, co) = ours(xo, (to_tt(h0), to_tt(c0)))
+    assert len(calls) == layers  # one fused call per layer, not a Python loop over time steps
+    for a, b, what in ((out, oo, "output"), (h, ho, "h_n"), (c, co, "c_n")):
+        close(a, b, what=what)
+    # the gradients of output, h_n and c_n meet in the layer's one node
+    (out.sum() + 2 * h.sum() + 3 * c.sum()).backward()
+    (oo.sum() + 2 * ho.sum() + 3 * co.sum()).backward()
+    close(x.grad, xo.grad, what="input grad")
+    for (name, p), (_, q) in zip(ref.named_parameters(), ours.named_parameters()):
+        close(p.grad, q.grad, rtol=1e-4, atol=1e-5, what=name)
+
+
+def test_fused_lstm_refuses_a_modified_weight_and_a_second_backward():
+    ours = tnn.LSTM(4, 3)
+    out, _ = ours(tt.randn(5, 2, 4))
+    with tt.no_grad():
+        ours.weight_hh_l0.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    out, _ = ours(tt.randn(5, 2, 4))
+    loss = out.sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
