@@ -320,6 +320,11 @@ CONV_MODULES = [
     ("Conv2d groups dilation", lambda m: m.Conv2d(4, 4, 3, padding=2, dilation=2, groups=2), (1, 4, 8, 8)),
     ("Conv2d same", lambda m: m.Conv2d(3, 2, 3, padding="same"), (2, 3, 5, 5)),
     ("Conv1d", lambda m: m.Conv1d(3, 5, 3, padding=1), (2, 3, 10)),
+    ("Conv2d reflect", lambda m: m.Conv2d(3, 4, 3, padding=(1, 2), padding_mode="reflect"), (2, 3, 6, 7)),
+    ("Conv2d replicate same", lambda m: m.Conv2d(2, 3, 4, padding="same", padding_mode="replicate"), (1, 2, 6, 5)),
+    ("Conv2d circular stride", lambda m: m.Conv2d(2, 2, 3, stride=2, padding=1, padding_mode="circular"),
+     (2, 2, 7, 6)),
+    ("Conv1d reflect", lambda m: m.Conv1d(3, 2, 3, padding=2, padding_mode="reflect"), (2, 3, 9)),
     ("MaxPool2d", lambda m: m.MaxPool2d(2), (2, 3, 8, 8)),
     ("MaxPool2d 3/2 pad", lambda m: m.MaxPool2d(3, 2, 1), (1, 2, 9, 7)),
     ("MaxPool1d", lambda m: m.MaxPool1d(2), (2, 3, 8)),
@@ -629,3 +634,32 @@ def test_fused_lstm_refuses_a_modified_weight_and_a_second_backward():
     loss.backward()
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         loss.backward()
+
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape,pad", [((2, 3, 7), (2, 1)), ((3, 7), (0, 3)), ((2, 2, 5, 6), (1, 2, 3, 0)),
+                                       ((1, 2, 4, 5, 3), (1, 1, 2, 0, 1, 2))])
+def test_pad_modes_match_torch(mode, shape, pad):
+    torch.manual_seed(2)
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    xo = to_tt(x.detach()).requires_grad_(True)
+    y = torch.nn.functional.pad(x, pad, mode=mode)
+    yo = tnn.functional.pad(xo, pad, mode=mode)
+    close(y, yo, what="output")
+    g = torch.randn(*y.shape, dtype=torch.float64)
+    y.backward(g)
+    yo.backward(to_tt(g))
+    close(x.grad, xo.grad, what="input grad")  # positions copied several times add their gradients
+
+
+def test_pad_mode_errors():
+    x = tt.randn(1, 2, 3)
+    with pytest.raises(RuntimeError, match="Padding size should be less than"):
+        tnn.functional.pad(x, (3, 0), mode="reflect")
+    with pytest.raises(RuntimeError, match="wrapping around more than once"):
+        tnn.functional.pad(x, (4, 0), mode="circular")
+    with pytest.raises(NotImplementedError, match="Unrecognised padding mode"):
+        tnn.functional.pad(x, (1, 1), mode="mirror")
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        tnn.Conv2d(1, 1, 3, padding_mode="mirror")

@@ -195,11 +195,46 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     return out
 
 
+def _pad_indices(mode: str, n: int, left: int, right: int, dim: int, shape: Any) -> list:
+    """The source index of every output position along one dimension of a non-constant pad."""
+    if mode == "reflect":
+        if left >= n or right >= n:
+            raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
+                               f"but got: padding ({left}, {right}) at dimension {dim} of input {list(shape)}")
+        return list(range(left, 0, -1)) + list(range(n)) + list(range(n - 2, n - 2 - right, -1))
+    if mode == "replicate":
+        if n == 0:
+            raise RuntimeError(f"padding: input of size {list(shape)} is empty along dimension {dim}")
+        return [0] * left + list(range(n)) + [n - 1] * right
+    if left > n or right > n:
+        raise RuntimeError("Padding value causes wrapping around more than once.")
+    return [(n - left + i) % n for i in range(left)] + list(range(n)) + list(range(right))
+
+
 def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Optional[float] = None) -> Tensor:
-    if mode != "constant":
-        raise NotImplementedError(f"turbo_torch: pad mode '{mode}' is not supported yet")
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
     if len(pad) % 2:
         raise RuntimeError("Padding length must be divisible by 2")
+    if mode != "constant":
+        # PyTorch's rule: the last len(pad)/2 dims of a batched or unbatched 1-3-d input; every output
+        # position copies an input position (one index_select per dim, so autograd adds the grads back)
+        if value is not None and value != 0:
+            raise RuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument.")
+        spatial = len(pad) // 2
+        if spatial > 3 or input.ndim not in (spatial + 1, spatial + 2):
+            raise NotImplementedError(f"Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now "
+                                      f"(got a {input.ndim}-d input and {len(pad)} pad values)")
+        if any(p < 0 for p in pad):
+            raise NotImplementedError(f"turbo_torch: negative padding in mode '{mode}' is not supported")
+        out = input
+        for i in range(spatial):
+            dim = input.ndim - 1 - i
+            left, right = pad[2 * i], pad[2 * i + 1]
+            if left or right:
+                index = _pad_indices(mode, out.shape[dim], left, right, dim, input.shape)
+                out = out.index_select(dim, torch.tensor(index, dtype=torch.int64))
+        return out
     out = input
     fill = 0.0 if value is None else value
     for i in range(len(pad) // 2):

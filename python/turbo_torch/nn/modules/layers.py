@@ -649,14 +649,26 @@ class _ConvNd(Module):
             raise ValueError("in_channels must be divisible by groups")
         if out_channels % groups:
             raise ValueError("out_channels must be divisible by groups")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"turbo_torch: padding_mode='{padding_mode}' is not supported yet")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError("padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular'], but got "
+                             f"padding_mode='{padding_mode}'")
 
         def tup(v: Any) -> tuple:
             return (v,) * dims if isinstance(v, int) else tuple(v)
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size, self.stride, self.dilation = tup(kernel_size), tup(stride), tup(dilation)
         self.padding = padding if isinstance(padding, str) else tup(padding)
+        # F.pad's order (last dim first, left then right), as torch keeps it for non-zero padding modes
+        if self.padding == "same":
+            pairs = []
+            for d, k in zip(self.dilation, self.kernel_size):
+                total = d * (k - 1)
+                pairs.append((total // 2, total - total // 2))
+        elif self.padding == "valid":
+            pairs = [(0, 0)] * dims
+        else:
+            pairs = [(p, p) for p in self.padding]
+        self._reversed_padding_repeated_twice = [v for pair in reversed(pairs) for v in pair]
         self.padding_mode, self.output_padding, self.transposed = padding_mode, (0,) * dims, False
         self.weight = Parameter(torch.empty(out_channels, in_channels // groups, *self.kernel_size, dtype=dtype))
         if bias:
@@ -684,6 +696,8 @@ class _ConvNd(Module):
             text += f", groups={self.groups}"
         if self.bias is None:
             text += ", bias=False"
+        if self.padding_mode != "zeros":
+            text += f", padding_mode={self.padding_mode}"
         return text
 
 
@@ -695,6 +709,9 @@ class Conv2d(_ConvNd):
                          padding_mode, device, dtype)
 
     def forward(self, input: Any) -> Any:
+        if self.padding_mode != "zeros":
+            return F.conv2d(F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode), self.weight,
+                            self.bias, self.stride, 0, self.dilation, self.groups)
         return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
@@ -706,6 +723,9 @@ class Conv1d(_ConvNd):
                          padding_mode, device, dtype)
 
     def forward(self, input: Any) -> Any:
+        if self.padding_mode != "zeros":
+            return F.conv1d(F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode), self.weight,
+                            self.bias, self.stride, 0, self.dilation, self.groups)
         return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
