@@ -7,11 +7,6 @@ steps), and every forward and backward graph runs natively. Compiling the sharde
 ``torchburn.compile`` warns when handed an FSDP2 module."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import pytest
@@ -21,6 +16,7 @@ if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 import torchburn  # noqa: E402
+from dist_harness import run_two_ranks  # noqa: E402
 
 WORKER = """
     import json, sys, warnings
@@ -90,17 +86,7 @@ WORKER = """
 
 
 def test_fully_shard_of_compiled_blocks_trains_like_eager_fsdp2(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(textwrap.dedent(WORKER))
-    store = tmp_path / "store"
-    env = dict(os.environ, TORCHBURN_QUIET="1", OMP_NUM_THREADS="1", TORCHBURN_NUM_THREADS="1")
-    workers = [subprocess.Popen([sys.executable, str(script), str(rank), str(store)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env) for rank in range(2)]
-    results = []
-    for worker in workers:
-        out, err = worker.communicate(timeout=600)
-        assert worker.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
+    results = run_two_ranks(WORKER, tmp_path)
     for rank, result in enumerate(results):
         # the same updates: FSDP2 all-gathers parameters and reduce-scatters gradients in both runs
         assert result["compiled_losses"] == pytest.approx(result["eager_losses"], rel=1e-5, abs=1e-6), rank
