@@ -235,40 +235,6 @@ static void sgd_f32_range(const tb_optim_options *o, tb_optim_slot *s, int64_t b
         p[i] = (float)((double)p[i] - lr * (sign * (double)g[i] + decay * (double)p[i]));
 }
 
-/* Adam/AdamW on float32 elements [begin, end) in one pass: adam_chunk's double operations element by
- * element, each stored value rounded once. */
-static void adam_f32_range(const tb_optim_options *o, double step, tb_optim_slot *s, int64_t begin, int64_t end) {
-    float *restrict p = (float *)tb_tensor_data(s->param) + begin;
-    const float *restrict g = (const float *)tb_tensor_data(s->grad) + begin;
-    float *restrict m = (float *)tb_tensor_data(s->state[0]) + begin;
-    float *restrict v = (float *)tb_tensor_data(s->state[1]) + begin;
-    float *restrict vmax = o->amsgrad ? (float *)tb_tensor_data(s->state[2]) + begin : NULL;
-    const double lr = o->lr, beta1 = o->beta1, beta2 = o->beta2, eps = o->eps, sign = o->maximize ? -1.0 : 1.0;
-    const bool decoupled = o->decoupled_weight_decay;
-    const double factor = 1 - lr * o->weight_decay, decay = decoupled ? 0.0 : o->weight_decay;
-    const double step_size = lr / (1 - pow(beta1, step)), inv_correction2_sqrt = 1 / sqrt(1 - pow(beta2, step));
-    const double weight = 1 - beta1;
-    const int64_t n = end - begin;
-    for (int64_t i = 0; i < n; i++) {
-        double pi = p[i];
-        if (decoupled)
-            pi *= factor;
-        double gi = decay == 0 ? sign * (double)g[i] : sign * (double)g[i] + decay * pi;
-        double mi = m[i], vi = v[i];
-        mi = weight < 0.5 ? mi + weight * (gi - mi) : gi - (gi - mi) * (1 - weight);
-        vi = vi * beta2 + (1 - beta2) * gi * gi;
-        double second = vi;
-        if (vmax) {
-            double top = vmax[i];
-            second = vi > top ? vi : top;
-            vmax[i] = (float)second;
-        }
-        p[i] = (float)(pi - step_size * mi / (sqrt(second) * inv_correction2_sqrt + eps));
-        m[i] = (float)mi;
-        v[i] = (float)vi;
-    }
-}
-
 /* One chunk of one parameter: load, update, store. */
 static void run_chunk(tb_optim_kind kind, const tb_optim_options *o, unsigned mask, tb_optim_slot *s, double step,
                       int64_t start, chunk *c) {
@@ -322,10 +288,6 @@ static void run_chunks(void *context, int64_t begin, int64_t end, int thread_ind
         if (job->kind == TB_OPTIM_SGD && job->o->momentum == 0 && s->param->dtype == TB_F32) {
             int64_t numel = tb_tensor_numel(s->param), limit = (stop - job->first[i]) * CHUNK;
             sgd_f32_range(job->o, s, (j - job->first[i]) * CHUNK, limit < numel ? limit : numel);
-            j = stop;
-        } else if (job->kind == TB_OPTIM_ADAM && s->param->dtype == TB_F32) {
-            int64_t numel = tb_tensor_numel(s->param), limit = (stop - job->first[i]) * CHUNK;
-            adam_f32_range(job->o, job->steps[i], s, (j - job->first[i]) * CHUNK, limit < numel ? limit : numel);
             j = stop;
         }
         for (; j < stop; j++)
