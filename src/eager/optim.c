@@ -4,6 +4,7 @@
  * parameter; then the (parameter, chunk) items of a large step are spread over the thread pool.
  * Every element is updated alone, so the split never changes a result. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "eager/eager_internal.h"
@@ -295,6 +296,23 @@ static void run_chunks(void *context, int64_t begin, int64_t end, int thread_ind
     }
 }
 
+static int compare_addresses(const void *a, const void *b) {
+    const uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether two slots update the same memory (a parameter listed twice): those must run in slot order, one
+ * after the other, as the serial loop does, never on two threads at once. `scratch` holds count words. */
+static bool params_repeat(const tb_optim_slot *slots, int64_t count, uintptr_t *scratch) {
+    for (int64_t i = 0; i < count; i++)
+        scratch[i] = (uintptr_t)tb_tensor_data(slots[i].param);
+    qsort(scratch, (size_t)count, sizeof *scratch, compare_addresses);
+    for (int64_t i = 1; i < count; i++)
+        if (scratch[i] == scratch[i - 1] && tb_tensor_numel(slots[i].param) > 0)
+            return true;
+    return false;
+}
+
 tb_status tb_optim_step(tb_optim_kind kind, const tb_optim_options *options, tb_optim_slot *slots, int64_t count) {
     if ((unsigned)kind >= TB_OPTIM_COUNT || !options || (count > 0 && !slots) || count < 0)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "optimizer step: bad arguments (kind %d, count %lld)", (int)kind,
@@ -308,8 +326,8 @@ tb_status tb_optim_step(tb_optim_kind kind, const tb_optim_options *options, tb_
     if (count == 0)
         return TB_OK;
     void *scratch = NULL;
-    tb_status st = tb_alloc(sizeof(int64_t) * (size_t)(count + 1) + sizeof(double) * (size_t)count,
-                            TB_ALLOC_DEFAULT, &scratch);
+    tb_status st = tb_alloc(sizeof(int64_t) * (size_t)(count + 1) + sizeof(double) * (size_t)count +
+                                sizeof(uintptr_t) * (size_t)count, TB_ALLOC_DEFAULT, &scratch);
     if (st != TB_OK)
         return st; /* nothing written yet */
     int64_t *first = scratch;
@@ -322,7 +340,8 @@ tb_status tb_optim_step(tb_optim_kind kind, const tb_optim_options *options, tb_
     step_job job = {kind, options, mask, slots, steps, first, count};
     int64_t chunks = first[count];
     /* elementwise per parameter, so the split changes no result */
-    if (chunks * CHUNK >= TB_EAGER_PARALLEL_MIN && tb_num_threads() > 1)
+    if (chunks * CHUNK >= TB_EAGER_PARALLEL_MIN && tb_num_threads() > 1 &&
+        !params_repeat(slots, count, (uintptr_t *)(steps + count)))
         tb_parallel_for(chunks, TB_EAGER_PARALLEL_MIN / 4 / CHUNK, run_chunks, &job);
     else if (chunks > 0)
         run_chunks(&job, 0, chunks, 0);

@@ -495,3 +495,26 @@ def test_optim_runs_without_torch() -> None:
         "assert w.tolist()[0] < 1.0, w", "print('ok')"])
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_a_parameter_listed_twice_is_updated_in_order_on_any_thread_count():
+    """The threaded step runs a repeated parameter's slots serially (never two threads on one tensor)."""
+    import torchburn
+
+    results, before = [], torchburn.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torchburn.set_num_threads(threads)
+            tt.manual_seed(0)
+            p = tt.randn(300, 300, requires_grad=True)
+            q = tt.randn(300, 300, requires_grad=True)
+            with pytest.warns(UserWarning, match="duplicate parameters"):
+                optimizer = tt.optim.SGD([p, q, p], lr=0.1)
+            for _ in range(3):
+                optimizer.zero_grad()
+                (p * q).sum().backward()
+                optimizer.step()
+            results.append(p.detach().numpy().copy())
+    finally:
+        torchburn.set_num_threads(before)
+    assert np.array_equal(results[0], results[1])
