@@ -1,10 +1,16 @@
 /* The optimizer steps of turbo_torch.optim (see torchburn/eager_optim.h): each parameter is walked
  * in chunks that are widened to double, updated with PyTorch's single-tensor formula, and rounded
- * back to the tensor's dtype once per stored value. */
+ * back to the tensor's dtype once per stored value. The step counters are bumped first, one per
+ * parameter; then the (parameter, chunk) items of a large step are spread over the thread pool.
+ * Every element is updated alone, so the split never changes a result. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "eager/eager_internal.h"
+#include "torchburn/alloc.h"
 #include "torchburn/eager_optim.h"
+#include "torchburn/thread_pool.h"
 
 enum { CHUNK = 256 };
 
@@ -214,32 +220,97 @@ static void adagrad_chunk(const tb_optim_options *o, double step, int64_t n, chu
     }
 }
 
-static void run_slot(tb_optim_kind kind, const tb_optim_options *o, unsigned mask, tb_optim_slot *s, chunk *c) {
-    double step = kind == TB_OPTIM_SGD ? 0 : bump_step(s->step);
-    int64_t numel = tb_tensor_numel(s->param);
-    for (int64_t start = 0; start < numel; start += CHUNK) {
-        int64_t n = numel - start < CHUNK ? numel - start : CHUNK;
-        load(s->param, start, n, c->p);
-        load(s->grad, start, n, c->g);
-        for (int k = 0; k < TB_OPTIM_MAX_STATE; k++)
-            if (mask >> k & 1 && !(kind == TB_OPTIM_SGD && s->fresh))
-                load(s->state[k], start, n, c->s[k]);
-        switch (kind) {
-        case TB_OPTIM_SGD: sgd_chunk(o, s->fresh, n, c); break;
-        case TB_OPTIM_ADAM: adam_chunk(o, step, n, c); break;
-        case TB_OPTIM_RMSPROP: rmsprop_chunk(o, n, c); break;
-        case TB_OPTIM_ADAGRAD: adagrad_chunk(o, step, n, c); break;
-        default: break;
-        }
-        store(s->param, start, n, c->p);
-        for (int k = 0; k < TB_OPTIM_MAX_STATE; k++)
-            if (mask >> k & 1)
-                store(s->state[k], start, n, c->s[k]);
+/* Plain SGD (no momentum) on float32 elements [begin, end) in one pass, without the double chunk:
+ * the same double operations as sgd_chunk (negate, add the decay term, step) and one rounding. */
+static void sgd_f32_range(const tb_optim_options *o, tb_optim_slot *s, int64_t begin, int64_t end) {
+    float *restrict p = (float *)tb_tensor_data(s->param) + begin;
+    const float *restrict g = (const float *)tb_tensor_data(s->grad) + begin;
+    const double lr = o->lr, sign = o->maximize ? -1.0 : 1.0, decay = o->weight_decay;
+    const int64_t n = end - begin;
+    if (decay == 0) { /* as effective_grad: not g + 0 * p */
+        for (int64_t i = 0; i < n; i++)
+            p[i] = (float)((double)p[i] - lr * (sign * (double)g[i]));
+        return;
     }
-    s->param->storage->version++;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (float)((double)p[i] - lr * (sign * (double)g[i] + decay * (double)p[i]));
+}
+
+/* One chunk of one parameter: load, update, store. */
+static void run_chunk(tb_optim_kind kind, const tb_optim_options *o, unsigned mask, tb_optim_slot *s, double step,
+                      int64_t start, chunk *c) {
+    int64_t numel = tb_tensor_numel(s->param);
+    int64_t n = numel - start < CHUNK ? numel - start : CHUNK;
+    load(s->param, start, n, c->p);
+    load(s->grad, start, n, c->g);
+    for (int k = 0; k < TB_OPTIM_MAX_STATE; k++)
+        if (mask >> k & 1 && !(kind == TB_OPTIM_SGD && s->fresh))
+            load(s->state[k], start, n, c->s[k]);
+    switch (kind) {
+    case TB_OPTIM_SGD: sgd_chunk(o, s->fresh, n, c); break;
+    case TB_OPTIM_ADAM: adam_chunk(o, step, n, c); break;
+    case TB_OPTIM_RMSPROP: rmsprop_chunk(o, n, c); break;
+    case TB_OPTIM_ADAGRAD: adagrad_chunk(o, step, n, c); break;
+    default: break;
+    }
+    store(s->param, start, n, c->p);
     for (int k = 0; k < TB_OPTIM_MAX_STATE; k++)
         if (mask >> k & 1)
-            s->state[k]->storage->version++;
+            store(s->state[k], start, n, c->s[k]);
+}
+
+/* The work of one step: chunk j of the whole step is chunk j - first[i] of slot i, where
+ * first[i] <= j < first[i + 1]; steps[i] is slot i's bumped counter. */
+typedef struct step_job {
+    tb_optim_kind kind;
+    const tb_optim_options *o;
+    unsigned mask;
+    tb_optim_slot *slots;
+    const double *steps;
+    const int64_t *first;
+    int64_t count;
+} step_job;
+
+static void run_chunks(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const step_job *job = context;
+    int64_t lo = 0, hi = job->count - 1; /* the slot holding chunk `begin`: the last i with first[i] <= begin */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (job->first[mid] <= begin)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    chunk c; /* 5 x 2 KiB of scratch on this thread's stack */
+    for (int64_t i = lo, j = begin; j < end; i++) {
+        int64_t stop = end < job->first[i + 1] ? end : job->first[i + 1];
+        tb_optim_slot *s = &job->slots[i];
+        if (job->kind == TB_OPTIM_SGD && job->o->momentum == 0 && s->param->dtype == TB_F32) {
+            int64_t numel = tb_tensor_numel(s->param), limit = (stop - job->first[i]) * CHUNK;
+            sgd_f32_range(job->o, s, (j - job->first[i]) * CHUNK, limit < numel ? limit : numel);
+            j = stop;
+        }
+        for (; j < stop; j++)
+            run_chunk(job->kind, job->o, job->mask, s, job->steps[i], (j - job->first[i]) * CHUNK, &c);
+    }
+}
+
+static int compare_addresses(const void *a, const void *b) {
+    const uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether two slots update the same memory (a parameter listed twice): those must run in slot order, one
+ * after the other, as the serial loop does, never on two threads at once. `scratch` holds count words. */
+static bool params_repeat(const tb_optim_slot *slots, int64_t count, uintptr_t *scratch) {
+    for (int64_t i = 0; i < count; i++)
+        scratch[i] = (uintptr_t)tb_tensor_data(slots[i].param);
+    qsort(scratch, (size_t)count, sizeof *scratch, compare_addresses);
+    for (int64_t i = 1; i < count; i++)
+        if (scratch[i] == scratch[i - 1] && tb_tensor_numel(slots[i].param) > 0)
+            return true;
+    return false;
 }
 
 tb_status tb_optim_step(tb_optim_kind kind, const tb_optim_options *options, tb_optim_slot *slots, int64_t count) {
@@ -252,8 +323,34 @@ tb_status tb_optim_step(tb_optim_kind kind, const tb_optim_options *options, tb_
         if (st != TB_OK)
             return st;
     }
-    chunk c; /* 5 x 2 KiB of scratch on the stack */
-    for (int64_t i = 0; i < count; i++)
-        run_slot(kind, options, mask, &slots[i], &c);
+    if (count == 0)
+        return TB_OK;
+    void *scratch = NULL;
+    tb_status st = tb_alloc(sizeof(int64_t) * (size_t)(count + 1) + sizeof(double) * (size_t)count +
+                                sizeof(uintptr_t) * (size_t)count, TB_ALLOC_DEFAULT, &scratch);
+    if (st != TB_OK)
+        return st; /* nothing written yet */
+    int64_t *first = scratch;
+    double *steps = (double *)(first + count + 1);
+    first[0] = 0;
+    for (int64_t i = 0; i < count; i++) { /* each counter once, before any chunk reads it */
+        steps[i] = kind == TB_OPTIM_SGD ? 0 : bump_step(slots[i].step);
+        first[i + 1] = first[i] + (tb_tensor_numel(slots[i].param) + CHUNK - 1) / CHUNK;
+    }
+    step_job job = {kind, options, mask, slots, steps, first, count};
+    int64_t chunks = first[count];
+    /* elementwise per parameter, so the split changes no result */
+    if (chunks * CHUNK >= TB_EAGER_PARALLEL_MIN && tb_num_threads() > 1 &&
+        !params_repeat(slots, count, (uintptr_t *)(steps + count)))
+        tb_parallel_for(chunks, TB_EAGER_PARALLEL_MIN / 4 / CHUNK, run_chunks, &job);
+    else if (chunks > 0)
+        run_chunks(&job, 0, chunks, 0);
+    for (int64_t i = 0; i < count; i++) {
+        slots[i].param->storage->version++;
+        for (int k = 0; k < TB_OPTIM_MAX_STATE; k++)
+            if (mask >> k & 1)
+                slots[i].state[k]->storage->version++;
+    }
+    tb_free(scratch);
     return TB_OK;
 }

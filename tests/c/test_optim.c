@@ -2,13 +2,16 @@
  * nesterov), RMSprop (centered, momentum) and Adagrad over float32 and float64 parameters whose
  * sizes cross the kernel's chunk boundary, against an element-at-a-time double formula written here
  * from PyTorch's algorithm boxes; step counters and storage versions; and that a bad slot anywhere
- * leaves every tensor unwritten. (The Python tests compare whole trajectories with PyTorch.) */
+ * leaves every tensor unwritten; that a step split over threads writes the bits of the one-thread
+ * step; and that an allocation failure writes nothing. (The Python tests compare whole trajectories
+ * with PyTorch.) */
 #include <math.h>
 #include <string.h>
 
 #include "tb_test.h"
 #include "torchburn/alloc.h"
 #include "torchburn/eager_optim.h"
+#include "torchburn/thread_pool.h"
 
 enum { N = 1001 }; /* not a multiple of the 256-element chunk */
 
@@ -186,8 +189,92 @@ static void test_bad_slot_writes_nothing(void) {
         tb_tensor_release(all[i]);
 }
 
+/* Slots of sizes off the chunk (one empty) that together cross the threading threshold, filled with
+ * values from a formula; `state_fill` 0 leaves the state zero. */
+enum { BIG_SLOTS = 4 };
+static const int64_t BIG_SIZES[BIG_SLOTS] = {70001, 0, 5, 300 * 257};
+
+static void fill_big(tb_tensor t[BIG_SLOTS][5], tb_tensor steps[BIG_SLOTS]) {
+    for (int s = 0; s < BIG_SLOTS; s++) {
+        for (int k = 0; k < 5; k++) { /* param, grad, 3 states */
+            t[s][k] = make(TB_F32, BIG_SIZES[s], 0, 0, 0);
+            float *d = tb_tensor_data(&t[s][k]);
+            for (int64_t i = 0; i < BIG_SIZES[s]; i++)
+                d[i] = k < 2 ? (float)sin((double)(i * (k + 2) + s)) : k == 3 ? 0.5f : 0.0f;
+        }
+        steps[s] = (tb_tensor){0};
+        TB_CHECK(tb_tensor_empty(TB_F32, 0, NULL, TB_ALLOC_ZERO, &steps[s]) == TB_OK);
+    }
+}
+
+static void run_big(tb_optim_kind kind, const tb_optim_options *o, int threads, tb_tensor t[BIG_SLOTS][5],
+                    tb_tensor steps[BIG_SLOTS]) {
+    tb_optim_slot slots[BIG_SLOTS];
+    for (int s = 0; s < BIG_SLOTS; s++)
+        slots[s] = (tb_optim_slot){&t[s][0], &t[s][1], {&t[s][2], &t[s][3], &t[s][4]}, &steps[s], false};
+    TB_CHECK(tb_set_num_threads(threads) == TB_OK);
+    for (int round = 0; round < 2; round++)
+        TB_CHECK(tb_optim_step(kind, o, slots, BIG_SLOTS) == TB_OK);
+}
+
+/* The step split over threads writes the same bits as the step on one thread, and bumps each counter
+ * and storage version once per step. */
+static void test_threaded_split_changes_nothing(void) {
+    int before = tb_num_threads();
+    const tb_optim_kind kinds[3] = {TB_OPTIM_ADAM, TB_OPTIM_RMSPROP, TB_OPTIM_SGD};
+    const tb_optim_options opts[3] = {
+        {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .amsgrad = true},
+        {.lr = 0.01, .alpha = 0.9, .eps = 1e-4, .momentum = 0.5, .centered = true},
+        {.lr = 0.1, .momentum = 0.9, .nesterov = true},
+    };
+    for (int c = 0; c < 3; c++) {
+        tb_tensor one[BIG_SLOTS][5], two[BIG_SLOTS][5], steps1[BIG_SLOTS], steps2[BIG_SLOTS];
+        fill_big(one, steps1);
+        fill_big(two, steps2);
+        run_big(kinds[c], &opts[c], 1, one, steps1);
+        run_big(kinds[c], &opts[c], 2, two, steps2);
+        for (int s = 0; s < BIG_SLOTS; s++) {
+            for (int k = 0; k < 5; k++)
+                TB_CHECK_MSG(memcmp(tb_tensor_data(&one[s][k]), tb_tensor_data(&two[s][k]),
+                                    sizeof(float) * (size_t)BIG_SIZES[s]) == 0,
+                             "kind %d slot %d tensor %d differs between 1 and 2 threads", (int)kinds[c], s, k);
+            TB_CHECK(*(float *)tb_tensor_data(&steps2[s]) == (kinds[c] == TB_OPTIM_SGD ? 0.0f : 2.0f));
+            TB_CHECK(two[s][0].storage->version == 2);
+            for (int k = 0; k < 5; k++) {
+                tb_tensor_release(&one[s][k]);
+                tb_tensor_release(&two[s][k]);
+            }
+            tb_tensor_release(&steps1[s]);
+            tb_tensor_release(&steps2[s]);
+        }
+    }
+    TB_CHECK(tb_set_num_threads(before) == TB_OK);
+}
+
+/* An allocation failure inside the step is reported and writes nothing. */
+static void test_out_of_memory_writes_nothing(void) {
+    tb_tensor p = make(TB_F32, 8, 1, -1, 1), g = make(TB_F32, 8, 2, -1, 1), m = make(TB_F32, 8, 0, 0, 0);
+    tb_tensor v = make(TB_F32, 8, 0, 0, 0), step = {0};
+    TB_CHECK(tb_tensor_empty(TB_F32, 0, NULL, TB_ALLOC_ZERO, &step) == TB_OK);
+    float before[8];
+    memcpy(before, tb_tensor_data(&p), sizeof before);
+    tb_optim_slot slot = {&p, &g, {&m, &v, NULL}, &step, false};
+    tb_optim_options o = {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8};
+    tb_alloc_fail_after(0);
+    tb_status st = tb_optim_step(TB_OPTIM_ADAM, &o, &slot, 1);
+    tb_alloc_fail_after(-1);
+    TB_CHECK(st == TB_ERR_OUT_OF_MEMORY);
+    TB_CHECK(memcmp(before, tb_tensor_data(&p), sizeof before) == 0 && p.storage->version == 0);
+    TB_CHECK(*(float *)tb_tensor_data(&step) == 0.0f);
+    tb_tensor *all[] = {&p, &g, &m, &v, &step};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tb_tensor_release(all[i]);
+}
+
 int main(void) {
     test_kinds();
     test_bad_slot_writes_nothing();
+    test_threaded_split_changes_nothing();
+    test_out_of_memory_writes_nothing();
     return tb_test_finish("optim");
 }

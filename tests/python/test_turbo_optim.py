@@ -104,6 +104,45 @@ def test_trajectory_matches_torch(name: str, options: dict, dtype: str) -> None:
                 assert mine[key].dtype.itemsize == value.dtype.itemsize, key
 
 
+# Parameters big enough together for the C step to split its (parameter, chunk) items over threads:
+# sizes off the 256-element chunk, an empty one, one smaller than a chunk.
+BIG_SHAPES = [(300, 257), (1000,), (0,), (7,), (129, 513), (65536,)]
+BIG_CASES = [("SGD", {"lr": 0.05}), ("SGD", {"lr": 0.05, "momentum": 0.9, "nesterov": True}),
+             ("Adam", {"lr": 0.05, "amsgrad": True}), ("AdamW", {"lr": 0.05, "weight_decay": 0.1}),
+             ("RMSprop", {"lr": 0.01, "centered": True, "momentum": 0.5}), ("Adagrad", {"lr": 0.1})]
+
+
+def _big_run(lib, name: str, options: dict, steps: int = 3) -> list:
+    rng = np.random.default_rng(11)
+    values = [rng.uniform(-1, 1, s).astype("float32") for s in BIG_SHAPES]
+    grads = [[rng.uniform(-1, 1, s).astype("float32") for s in BIG_SHAPES] for _ in range(steps)]
+    params = [lib.from_numpy(v).requires_grad_(True) for v in values]
+    opt = getattr(lib.optim, name)(params, **options)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.grad = lib.from_numpy(g.copy())
+        opt.step()
+    return [p.detach().numpy().copy() for p in params]
+
+
+@pytest.mark.parametrize("name,options", BIG_CASES, ids=[f"{n}-{o}" for n, o in BIG_CASES])
+def test_threaded_step_matches_torch_and_one_thread(name: str, options: dict) -> None:
+    import torchburn
+    before = torchburn.get_num_threads()
+    try:
+        torchburn.set_num_threads(1)
+        alone = _big_run(tt, name, options)
+        torchburn.set_num_threads(2)
+        split = _big_run(tt, name, options)
+    finally:
+        torchburn.set_num_threads(before)
+    theirs = _big_run(torch, name, options)
+    atol, rtol = TOL["float32"]
+    for i, (a, b, c) in enumerate(zip(split, alone, theirs)):
+        np.testing.assert_array_equal(a, b, err_msg=f"{name}: param {i}, 2 threads vs 1")
+        np.testing.assert_allclose(a, c, atol=atol, rtol=rtol, err_msg=f"{name}: param {i} vs torch")
+
+
 def test_param_groups_with_different_options() -> None:
     ours, theirs = Problem(tt, "float32"), Problem(torch, "float32")
 
@@ -456,3 +495,26 @@ def test_optim_runs_without_torch() -> None:
         "assert w.tolist()[0] < 1.0, w", "print('ok')"])
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_a_parameter_listed_twice_is_updated_in_order_on_any_thread_count():
+    """The threaded step runs a repeated parameter's slots serially (never two threads on one tensor)."""
+    import torchburn
+
+    results, before = [], torchburn.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torchburn.set_num_threads(threads)
+            tt.manual_seed(0)
+            p = tt.randn(300, 300, requires_grad=True)
+            q = tt.randn(300, 300, requires_grad=True)
+            with pytest.warns(UserWarning, match="duplicate parameters"):
+                optimizer = tt.optim.SGD([p, q, p], lr=0.1)
+            for _ in range(3):
+                optimizer.zero_grad()
+                (p * q).sum().backward()
+                optimizer.step()
+            results.append(p.detach().numpy().copy())
+    finally:
+        torchburn.set_num_threads(before)
+    assert np.array_equal(results[0], results[1])
