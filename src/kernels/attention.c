@@ -107,23 +107,32 @@ static scratch_layout layout_for(const attention_job *job, int64_t kv, bool dire
     return l;
 }
 
-void tb_attention_apply_masks(const float *float_mask, const int64_t *float_mask_strides, const uint8_t *bool_mask,
+void tb_attention_apply_masks(const tb_attention_kernels *ak, const float *float_mask,
+                              const int64_t *float_mask_strides, const uint8_t *bool_mask,
                               const int64_t *bool_mask_strides, bool causal, int64_t b, int64_t h, int64_t i,
                               int64_t j0, int64_t kb, float *srow) {
     if (float_mask) {
         const float *mrow = float_mask + b * float_mask_strides[0] + h * float_mask_strides[1] +
                             i * float_mask_strides[2] + j0 * float_mask_strides[3];
         int64_t step = float_mask_strides[3];
-        for (int64_t j = 0; j < kb; j++)
-            srow[j] += mrow[j * step];
+        if (step == 1) {
+            ak->add_mask(srow, mrow, kb);
+        } else {
+            for (int64_t j = 0; j < kb; j++)
+                srow[j] += mrow[j * step];
+        }
     }
     if (bool_mask) {
         const uint8_t *mrow = bool_mask + b * bool_mask_strides[0] + h * bool_mask_strides[1] +
                               i * bool_mask_strides[2] + j0 * bool_mask_strides[3];
         int64_t step = bool_mask_strides[3];
-        for (int64_t j = 0; j < kb; j++)
-            if (!mrow[j * step])
-                srow[j] = -INFINITY;
+        if (step == 1) {
+            ak->bool_mask(srow, mrow, kb);
+        } else {
+            for (int64_t j = 0; j < kb; j++)
+                if (!mrow[j * step])
+                    srow[j] = -INFINITY;
+        }
     }
     if (causal)
         for (int64_t j = i + 1 - j0 > 0 ? i + 1 - j0 : 0; j < kb; j++)
@@ -172,7 +181,7 @@ static void query_rows(const attention_job *job, float *base, const scratch_layo
         }
         for (int r = 0; r < rows; r++) {
             float *srow = s + r * KEY_BLOCK;
-            tb_attention_apply_masks(d->float_mask, d->float_mask_strides, d->bool_mask, d->bool_mask_strides,
+            tb_attention_apply_masks(ak, d->float_mask, d->float_mask_strides, d->bool_mask, d->bool_mask_strides,
                                      d->causal, set->b, set->h0 + r * set->dh, set->i0 + r * set->di, j0, kb, srow);
             /* online softmax: new max, rescale what was accumulated, P = exp(S - max) */
             float block_max = ak->row_max(srow, kb);

@@ -120,7 +120,7 @@ static tb_status query_block(const tb_attention_backward_desc *d, const tb_atten
         memset(p, 0, sizeof(float) * (size_t)(rows * kv));
     for (int64_t r = 0; r < rows; r++) {
         float *prow = p + r * kv;
-        tb_attention_apply_masks(d->float_mask, d->float_mask_strides, d->bool_mask, d->bool_mask_strides, d->causal,
+        tb_attention_apply_masks(ak, d->float_mask, d->float_mask_strides, d->bool_mask, d->bool_mask_strides, d->causal,
                                  b, h, i0 + r, 0, kv, prow);
         float lse = d->lse[b * d->lse_strides[0] + h * d->lse_strides[1] + (i0 + r) * d->lse_strides[2]];
         if (lse == -INFINITY) { /* fully masked: no gradient flows through this row */

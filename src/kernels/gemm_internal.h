@@ -155,6 +155,10 @@ typedef struct tb_attention_kernels {
     float (*exp_sum)(float *x, int64_t n, float shift);
     /* x[j] *= factor for j < n */
     void (*scale)(float *x, int64_t n, float factor);
+    /* x[j] += mask[j] for j < n (an additive mask row, unit stride) */
+    void (*add_mask)(float *x, const float *mask, int64_t n);
+    /* x[j] = -inf where keep[j] == 0, for j < n (a boolean mask row, unit stride; 1 = attend) */
+    void (*bool_mask)(float *x, const uint8_t *keep, int64_t n);
 } tb_attention_kernels;
 
 extern const tb_attention_kernels tb_attention_kernels_ref;
@@ -168,9 +172,10 @@ const tb_attention_kernels *tb_attention_kernels_for(tb_isa isa);
 
 /* Adds the masks of query row i (head h, batch entry b) to its scores for keys [j0, j0 + kb): the
  * additive float mask, the boolean mask (0 = masked: -inf) and causal (key j visible to position i
- * iff j <= i), each optional; mask strides as in tb_attention_desc. Forward and backward share it so
- * they mask identically. */
-void tb_attention_apply_masks(const float *float_mask, const int64_t *float_mask_strides, const uint8_t *bool_mask,
+ * iff j <= i), each optional; mask strides as in tb_attention_desc. The mask row is read in place
+ * through its broadcast strides (nothing is expanded); a unit-stride row goes through ak's SIMD
+ * add_mask / bool_mask. Forward and backward share it so they mask identically. */
+void tb_attention_apply_masks(const tb_attention_kernels *ak, const float *float_mask, const int64_t *float_mask_strides, const uint8_t *bool_mask,
                               const int64_t *bool_mask_strides, bool causal, int64_t b, int64_t h, int64_t i,
                               int64_t j0, int64_t kb, float *srow);
 

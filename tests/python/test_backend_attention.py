@@ -220,3 +220,49 @@ def test_dropout_backward_stays_in_pytorch():
         warnings.simplefilter("ignore", TorchburnFallbackWarning)
         report = torchburn.explain(with_dropout, q, k, v, g)
     assert any("backward" in reason for reason in report.fallback_ops), str(report)
+
+
+# ---- inference with a broadcast mask (BERT's padding mask) ------------------------------------------
+
+
+def padding_keep(batch, length, generator):
+    """[batch, length] booleans: each entry keeps a random prefix of at least one key."""
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    lengths[0] = length
+    return torch.arange(length)[None, :] < lengths[:, None]
+
+
+@pytest.mark.parametrize("length", [37, 131])  # odd; 131 crosses the 128-key block and the SIMD tails
+@pytest.mark.parametrize("dtype", ["bool", "float"])
+@pytest.mark.parametrize("mask_shape", ["B,1,1,S", "B,1,S,S", "1,1,S,S", "B,1,S,S expanded"])
+def test_broadcast_mask_inference_runs_natively(mask_shape, dtype, length, region_fallbacks):
+    generator = torch.Generator().manual_seed(length)
+    B, H, S, D = 3, 2, length, 16
+    q, k, v = (torch.randn(B, H, S, D, generator=generator) for _ in range(3))
+    if mask_shape == "B,1,1,S":
+        keep = padding_keep(B, S, generator)[:, None, None, :]
+    elif mask_shape == "1,1,S,S":
+        keep = torch.rand(1, 1, S, S, generator=generator) > 0.4
+    else:
+        keep = torch.rand(B, 1, S, S, generator=generator) > 0.4
+    if mask_shape != "B,1,1,S":
+        keep[..., 0] = True  # every row keeps a key (torch's math path gives NaN for fully masked rows)
+    if dtype == "bool":
+        mask = keep
+    else:  # an additive mask with finite values where kept, as models build it
+        mask = torch.randn(keep.shape, generator=generator).masked_fill(~keep, float("-inf"))
+    if mask_shape == "B,1,S,S expanded":  # a [B, 1, 1, S] row broadcast through a 0 stride, not copied
+        mask = mask[:, :, :1].expand(B, 1, S, S)
+
+    def attend(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    with torch.no_grad():
+        expected = attend(q, k, v, mask)
+        got = torch.compile(attend, backend="torchburn")(q, k, v, mask)
+        torch._dynamo.reset()
+        report = torchburn.explain(attend, q, k, v, mask)
+    assert not region_fallbacks, f"regions ran in PyTorch: {region_fallbacks}"
+    assert not report.fallback_ops, str(report)
+    assert any("scaled_dot_product" in op for op in report.native_ops), str(report)
+    torch.testing.assert_close(got, expected)

@@ -1,4 +1,4 @@
-/* Scalar online-softmax helpers for attention.c (the TB_ISA_SCALAR path); contracts in
+/* Scalar online-softmax and mask-row helpers for attention.c (the TB_ISA_SCALAR path); contracts in
  * gemm_internal.h. */
 #include <math.h>
 
@@ -29,9 +29,22 @@ static void scale_ref(float *x, int64_t n, float factor) {
         x[j] *= factor;
 }
 
+static void add_mask_ref(float *x, const float *mask, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        x[j] += mask[j];
+}
+
+static void bool_mask_ref(float *x, const uint8_t *keep, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        if (!keep[j])
+            x[j] = -INFINITY;
+}
+
 const tb_attention_kernels tb_attention_kernels_ref = {
     .isa_name = "scalar",
     .row_max = row_max_ref,
     .exp_sum = exp_sum_ref,
     .scale = scale_ref,
+    .add_mask = add_mask_ref,
+    .bool_mask = bool_mask_ref,
 };

@@ -1,4 +1,4 @@
-/* AVX2 online-softmax helpers for attention.c (row max, exp-and-sum, row scale); contracts in
+/* AVX2 online-softmax helpers for attention.c (row max, exp-and-sum, row scale, mask rows); contracts in
  * gemm_internal.h. The Q K^T and P V products use the AVX2 GEMM micro-kernel. */
 #include <immintrin.h>
 #include <math.h>
@@ -64,9 +64,32 @@ static void scale_avx2(float *x, int64_t n, float factor) {
         x[j] *= factor;
 }
 
+static void add_mask_avx2(float *x, const float *mask, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(x + j, _mm256_add_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(mask + j)));
+    for (; j < n; j++)
+        x[j] += mask[j];
+}
+
+static void bool_mask_avx2(float *x, const uint8_t *keep, int64_t n) {
+    const __m256 minus_inf = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256i flags = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(keep + j)));
+        __m256 dropped = _mm256_castsi256_ps(_mm256_cmpeq_epi32(flags, _mm256_setzero_si256()));
+        _mm256_storeu_ps(x + j, _mm256_blendv_ps(_mm256_loadu_ps(x + j), minus_inf, dropped));
+    }
+    for (; j < n; j++)
+        if (!keep[j])
+            x[j] = -INFINITY;
+}
+
 const tb_attention_kernels tb_attention_kernels_avx2 = {
     .isa_name = "avx2",
     .row_max = row_max_avx2,
     .exp_sum = exp_sum_avx2,
     .scale = scale_avx2,
+    .add_mask = add_mask_avx2,
+    .bool_mask = bool_mask_avx2,
 };

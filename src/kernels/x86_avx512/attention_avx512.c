@@ -1,4 +1,4 @@
-/* AVX-512 online-softmax helpers for attention.c (row max, exp-and-sum, row scale); contracts in
+/* AVX-512 online-softmax helpers for attention.c (row max, exp-and-sum, row scale, mask rows); contracts in
  * gemm_internal.h. The Q K^T and P V products use the AVX-512 GEMM micro-kernel. */
 #include <immintrin.h>
 #include <math.h>
@@ -49,9 +49,29 @@ static void scale_avx512(float *x, int64_t n, float factor) {
     }
 }
 
+static void add_mask_avx512(float *x, const float *mask, int64_t n) {
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = mask_first(n - j);
+        __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), _mm512_maskz_loadu_ps(m, mask + j));
+        _mm512_mask_storeu_ps(x + j, m, sum);
+    }
+}
+
+static void bool_mask_avx512(float *x, const uint8_t *keep, int64_t n) {
+    const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = mask_first(n - j);
+        __m128i bytes = _mm_maskz_loadu_epi8(m, keep + j);
+        __mmask16 dropped = _mm_mask_cmpeq_epi8_mask(m, bytes, _mm_setzero_si128());
+        _mm512_mask_storeu_ps(x + j, dropped, minus_inf);
+    }
+}
+
 const tb_attention_kernels tb_attention_kernels_avx512 = {
     .isa_name = "avx512",
     .row_max = row_max_avx512,
     .exp_sum = exp_sum_avx512,
     .scale = scale_avx512,
+    .add_mask = add_mask_avx512,
+    .bool_mask = bool_mask_avx512,
 };
