@@ -495,8 +495,13 @@ def test_ctrl_c_stops_generation_and_the_model_stays_usable(model_dirs):
         if len(seen) == 3:
             signal.raise_signal(signal.SIGINT)
 
-    with pytest.raises(KeyboardInterrupt):
-        llm.generate("Once upon a time", max_tokens=60, temperature=0.0, stop_token_ids=[], callback=interrupt)
+    # Python's own SIGINT handler for the call (an imported library, e.g. ray, may have installed another)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            llm.generate("Once upon a time", max_tokens=60, temperature=0.0, stop_token_ids=[], callback=interrupt)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(seen) == 3
     expected = llm.generate("Once upon a time", max_tokens=20, temperature=0.0, stop_token_ids=[])
     llm.reset()

@@ -508,6 +508,8 @@ _INTERRUPT_CHILD = r"""
 import os, signal, sys, threading, time
 from torchburn.llm import LLM
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if the parent ignored SIGINT
+
 def interrupted_after(delay, call):
     timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
     start = time.perf_counter()
