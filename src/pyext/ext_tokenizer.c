@@ -20,6 +20,14 @@ static PyTypeObject *decode_stream_type;
 
 enum { RELEASE_GIL_BYTES = 4096 };
 
+const tb_tokenizer *tb_pyext_tokenizer(PyObject *object) {
+    if (!tokenizer_type || !PyObject_TypeCheck(object, tokenizer_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a torchburn._C._Tokenizer, got %s", Py_TYPE(object)->tp_name);
+        return NULL;
+    }
+    return ((py_tokenizer *)object)->tokenizer;
+}
+
 static PyObject *wrap_tokenizer(tb_tokenizer *tokenizer) {
     py_tokenizer *self = PyObject_New(py_tokenizer, tokenizer_type);
     if (!self) {
