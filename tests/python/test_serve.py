@@ -556,6 +556,8 @@ def test_engine_refuses_bad_options_and_requests(llm):
             engine.submit([1, 2], 0)
         with pytest.raises(ValueError, match="temperature"):
             engine.submit([1, 2], 4, temperature=float("nan"))
+        with pytest.raises(ValueError, match="tokenizer"):  # a JSON constraint needs the token bytes
+            engine.submit([1, 2], 4, json=True)
         request = engine.submit([1, 2, 3], 4, stop_ids=[])
         events = []
         while not events or events[-1][2] is None:
@@ -567,6 +569,35 @@ def test_engine_refuses_bad_options_and_requests(llm):
         engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.submit([1], 1)
+
+
+def test_engine_json_without_stop_ids_ends_with_the_object(llm):
+    """With no stop ids the engine ends a JSON request as the object closes (finish "stop", the last token
+    is the one holding the closing brace); the tokens decode to an object."""
+    from torchburn import _C
+
+    with pytest.raises(TypeError, match="_Tokenizer"):
+        _C._LLMBatch(llm._model, 2, 64, tokenizer="not a tokenizer")
+    engine = _C._LLMBatch(llm._model, 4, 128, tokenizer=llm.tokenizer._tok)
+    try:
+        requests = {engine.submit([5, 6, 7], 40, temperature=1.0, seed=seed, stop_ids=[], json=True): []
+                    for seed in range(12)}
+        done: dict = {}
+        while len(done) < len(requests):
+            engine.wait(5.0)
+            for event in engine.poll():
+                requests[event[0]].append(event[1])
+                if event[2] is not None:
+                    done[event[0]] = event[2]
+        stopped = [tokens for rid, tokens in requests.items() if done[rid] == "stop"]
+        assert stopped and all(done[rid] in ("stop", "length") for rid in requests)
+        for tokens in stopped:
+            text = llm.tokenizer.decode(tokens)
+            assert isinstance(json.loads(text), dict) and text.endswith("}"), text
+            with pytest.raises(ValueError):  # one token earlier the object was not complete yet
+                json.loads(llm.tokenizer.decode(tokens[:-1]))
+    finally:
+        engine.close()
 
 
 def test_bench_peer_skip_reasons(tmp_path):
