@@ -144,6 +144,19 @@ TB_API void tb_llm_sampler_free(tb_llm_sampler *sampler);
 /* Picks the next token from logits[V]; `history` (ids, may repeat) feeds the repetition penalty. */
 TB_API TB_NODISCARD tb_status tb_llm_sampler_sample(tb_llm_sampler *sampler, const float *logits,
                                                     const int32_t *history, int64_t history_count, int32_t *token);
+/* Whether a candidate token may be produced (a constraint such as a JSON grammar); `context` is the
+ * caller's. Called a few times per draw, on the whole vocabulary only when those fail. */
+typedef bool (*tb_llm_token_allowed)(void *context, int32_t token);
+/* tb_llm_sampler_sample restricted to the tokens `allowed` accepts, drawn exactly: a draw from the sampler's
+ * kept candidates (after top-k/top-p/min-p) that is rejected is removed and the draw repeats over the rest;
+ * after a few rejections the allowed kept candidates are found by one pass over them; when none of them is
+ * allowed, the draw is over every allowed token by its (penalized, tempered) logit. Greedy: the largest
+ * logit among allowed tokens. The first draw equals tb_llm_sampler_sample's. Errors: as that function,
+ * and TB_ERR_INVALID_ARGUMENT when no token of the vocabulary is allowed. */
+TB_API TB_NODISCARD tb_status tb_llm_sampler_sample_allowed(tb_llm_sampler *sampler, const float *logits,
+                                                            const int32_t *history, int64_t history_count,
+                                                            tb_llm_token_allowed allowed, void *context,
+                                                            int32_t *token);
 /* The probability with which each token would be drawn (probs[V], zeros outside the kept set; greedy
  * gives a one-hot vector). For tests against transformers' logits processors. */
 TB_API TB_NODISCARD tb_status tb_llm_sampler_probs(tb_llm_sampler *sampler, const float *logits,

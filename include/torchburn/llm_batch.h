@@ -16,6 +16,7 @@
 #define TORCHBURN_LLM_BATCH_H
 
 #include "torchburn/llm.h"
+#include "torchburn/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,7 +33,16 @@ typedef struct tb_llm_batch_options {
      * chunks and requests) fill the rest, at least one chunk per step while any prompt waits; 0 means one
      * chunk per step. 0 or in [prefill_chunk, 65536]. */
     int64_t batch_tokens;
+    /* the model's tokenizer, read once at creation for the bytes of every token id
+     * (tb_tokenizer_token_bytes); needed by constrained requests only, may be NULL */
+    const tb_tokenizer *tokenizer;
 } tb_llm_batch_options;
+
+/* What the generated text must be. JSON_OBJECT: one JSON object (src/llm/llm_json.h: it starts with '{'
+ * and ends with its closing brace); a stop id ends generation only once the object is complete (with no stop ids, the request
+ * finishes STOP as it completes), special tokens are never produced, and max_tokens still ends it (LENGTH)
+ * with the object unfinished. */
+typedef enum tb_llm_constraint { TB_LLM_CONSTRAINT_NONE = 0, TB_LLM_CONSTRAINT_JSON_OBJECT } tb_llm_constraint;
 
 typedef struct tb_llm_batch_request {
     const int32_t *prompt; /* prompt_count >= 1 ids in [0, V); copied */
@@ -45,6 +55,7 @@ typedef struct tb_llm_batch_request {
     const int32_t *stop_ids; /* copied */
     int64_t stop_count;
     int32_t logprobs;        /* -1: none; 0..TB_LLM_BATCH_TOP_LOGPROBS: the chosen token's and that many top ones */
+    tb_llm_constraint constraint; /* needs options.tokenizer */
 } tb_llm_batch_request;
 
 typedef struct tb_llm_batch_event {
@@ -85,7 +96,7 @@ TB_API void tb_llm_batch_free(tb_llm_batch *batch);
 
 /* Queues a request and returns its id (> 0). Errors (nothing queued): TB_ERR_INVALID_ARGUMENT naming the
  * problem (empty prompt, id outside the vocabulary, prompt longer than ctx_size, max_tokens < 1, bad
- * sampling or penalties, logprobs out of range). */
+ * sampling or penalties, logprobs out of range, a constraint without options.tokenizer). */
 TB_API TB_NODISCARD tb_status tb_llm_batch_submit(tb_llm_batch *batch, const tb_llm_batch_request *request,
                                                   uint64_t *id);
 /* Asks the engine to drop request `id` before its next step; its final event has finish ABORTED. An id that

@@ -69,6 +69,12 @@ TB_API void tb_token_ids_free(tb_token_ids *ids);
 TB_API TB_NODISCARD tb_status tb_tokenizer_decode(const tb_tokenizer *tokenizer, const int32_t *ids, size_t count,
                                                   bool skip_special_tokens, tb_tokenizer_string *out);
 
+/* The bytes token `id` adds to a decoded text in the middle of it: the decoder chain applied to that token
+ * alone, without start-of-text rules (Metaspace's dropped first space, Strip of the fused text) and with
+ * incomplete UTF-8 kept as raw bytes (a byte-level token holding half a character gives that half), e.g.
+ * "Ġ{" -> " {", "<0x7B>" -> "{". Empty for an id with no token. Used to constrain generation (JSON). */
+TB_API TB_NODISCARD tb_status tb_tokenizer_token_bytes(const tb_tokenizer *tokenizer, int32_t id,
+                                                       tb_tokenizer_string *out);
 TB_API void tb_tokenizer_string_free(tb_tokenizer_string *string);
 
 /* Incremental decoding for generation: feed one id at a time and get the new text, if any. A step

@@ -141,6 +141,16 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> Optional[str]:
         return self._tok.id_to_token(token_id)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes ``token_id`` adds to a decoded text in the middle of it: the decoder chain on that token
+        alone, without start-of-text rules, keeping a partial UTF-8 character as raw bytes (constrained
+        generation reads these). Empty for an unknown id.
+
+        >>> tok.token_bytes(tok.token_to_id("Ġ{"))  # doctest: +SKIP
+        b' {'
+        """
+        return self._tok.token_bytes(token_id)
+
     def is_special(self, token_id: int) -> bool:
         """Whether ``token_id`` is a special added token (dropped by ``skip_special_tokens``)."""
         return self._tok.is_special(token_id)

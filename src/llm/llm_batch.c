@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "llm/llm_batch_internal.h"
+#include "llm/llm_json.h"
 #include "torchburn/alloc.h"
 #include "torchburn/llm_batch.h"
 
@@ -33,6 +34,7 @@ typedef struct request {
     int32_t *stop_ids;
     int64_t stop_count;
     int32_t logprobs;
+    tb_llm_constraint constraint;
     bool cancelled;
     struct request *next;
 } request;
@@ -49,6 +51,7 @@ typedef struct slot {
     int64_t produced, reused;
     int32_t pending;   /* last sampled token, not yet run through the model */
     int32_t *counts;   /* [V] scratch for the OpenAI penalties, zero between uses */
+    tb_llm_json_constraint json; /* the request's constraint state (constraint JSON_OBJECT) */
     uint64_t last_used, admitted;
 } slot;
 
@@ -72,6 +75,7 @@ struct tb_llm_batch {
     int64_t prefill_chunks, prefill_steps;
     int64_t decode_steps, decode_rows;
     tb_llm_step_scratch scratch;
+    tb_llm_token_table tokens; /* bytes per token id (empty without options.tokenizer) */
     float *logits; /* [slots, V] */
     tb_llm_session **step_sessions;
     int32_t *step_tokens;
@@ -204,6 +208,7 @@ static tb_status start_slot(tb_llm_batch *b, slot *s) {
         if (!s->counts)
             return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory for penalty counts");
     }
+    tb_llm_json_constraint_init(&s->json, &b->tokens, r->stop_ids, r->stop_count);
     s->state = SLOT_PREFILL;
     return TB_OK;
 }
@@ -275,7 +280,10 @@ static tb_status take_token(tb_llm_batch *b, slot *s, float *logits) {
         }
     }
     int32_t token = -1;
-    tb_status status = tb_llm_sampler_sample(s->sampler, logits, history, length, &token);
+    const bool constrained = r->constraint == TB_LLM_CONSTRAINT_JSON_OBJECT;
+    tb_status status = constrained ? tb_llm_sampler_sample_allowed(s->sampler, logits, history, length,
+                                                                   tb_llm_json_constraint_allows, &s->json, &token)
+                                   : tb_llm_sampler_sample(s->sampler, logits, history, length, &token);
     float raw = status == TB_OK ? logits[token] : 0.0f;
     if (s->counts) {
         if (status == TB_OK && s->counts[token] < 0)
@@ -294,6 +302,11 @@ static tb_status take_token(tb_llm_batch *b, slot *s, float *logits) {
     for (int64_t i = 0; i < r->stop_count; i++)
         if (r->stop_ids[i] == token)
             finish = TB_LLM_FINISH_STOP;
+    if (constrained) {
+        tb_llm_json_constraint_take(&s->json, token);
+        if (r->stop_count == 0 && tb_json_recognizer_is_complete(&s->json.state))
+            finish = TB_LLM_FINISH_STOP; /* nothing may follow the object and no stop token ends it */
+    }
     if (finish == TB_LLM_FINISH_NONE &&
         (s->produced >= r->max_tokens || length >= tb_llm_session_max_seq_len(s->session)))
         finish = TB_LLM_FINISH_LENGTH;
@@ -561,6 +574,9 @@ tb_status tb_llm_batch_new(const tb_llm_model *model, const tb_llm_batch_options
         status = tb_llm_session_new(model, b->options.ctx_size, b->options.kv_f16, &b->slots[i].session);
     if (status == TB_OK)
         status = tb_alloc((size_t)(n * model->vocab) * sizeof(float), TB_ALLOC_DEFAULT, (void **)&b->logits);
+    if (status == TB_OK && options->tokenizer)
+        status = tb_llm_token_table_init(&b->tokens, options->tokenizer, model->vocab);
+    b->options.tokenizer = NULL; /* read only here */
     if (status == TB_OK && pipe(b->pipe_fds) != 0)
         status = tb_error_set(TB_ERR_IO, "llm batch: pipe() failed: %s", strerror(errno));
     for (int i = 0; status == TB_OK && i < 2; i++)
@@ -611,6 +627,7 @@ void tb_llm_batch_free(tb_llm_batch *b) {
         if (b->pipe_fds[i] >= 0)
             close(b->pipe_fds[i]);
     tb_llm_step_scratch_free(&b->scratch);
+    tb_llm_token_table_free(&b->tokens);
     tb_free(b->logits);
     free(b->slots);
     free(b->step_sessions);
@@ -654,6 +671,11 @@ static tb_status check_request(const tb_llm_batch *b, const tb_llm_batch_request
     if (r->logprobs < -1 || r->logprobs > TB_LLM_BATCH_TOP_LOGPROBS)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: logprobs must be in [-1, %d], got %d",
                             TB_LLM_BATCH_TOP_LOGPROBS, (int)r->logprobs);
+    if (r->constraint != TB_LLM_CONSTRAINT_NONE && r->constraint != TB_LLM_CONSTRAINT_JSON_OBJECT)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: unknown constraint %d", (int)r->constraint);
+    if (r->constraint != TB_LLM_CONSTRAINT_NONE && !b->tokens.offsets)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                            "llm batch: a JSON constraint needs the engine to be created with the tokenizer");
     return TB_OK;
 }
 
@@ -679,6 +701,7 @@ tb_status tb_llm_batch_submit(tb_llm_batch *b, const tb_llm_batch_request *desc,
     r->presence_penalty = desc->presence_penalty;
     r->frequency_penalty = desc->frequency_penalty;
     r->logprobs = desc->logprobs;
+    r->constraint = desc->constraint;
     pthread_mutex_lock(&b->lock);
     r->id = b->next_id++;
     if (b->queue_tail)

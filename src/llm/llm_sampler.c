@@ -309,6 +309,120 @@ tb_status tb_llm_sampler_sample(tb_llm_sampler *s, const float *logits, const in
     return TB_OK;
 }
 
+/* ---- sampling restricted to allowed tokens ---- */
+
+/* Draws of rejected tokens before the candidates are checked all at once. */
+enum { REJECTION_LIMIT = 8 };
+
+static tb_status none_allowed(void) {
+    return tb_error_set(TB_ERR_INVALID_ARGUMENT, "sampling: no token of the vocabulary is allowed by the constraint");
+}
+
+/* The largest logit among allowed tokens, `first` (the unconstrained argmax) tried first. work[] holds the
+ * processed logits when work_ready, else it is filled from logits. */
+static tb_status greedy_allowed(tb_llm_sampler *s, const float *logits, bool work_ready, int32_t first,
+                                tb_llm_token_allowed allowed, void *context, int32_t *token) {
+    if (allowed(context, first)) {
+        *token = first;
+        return TB_OK;
+    }
+    const int64_t v = s->vocab;
+    float *work = s->work;
+    if (!work_ready)
+        memcpy(work, logits, (size_t)v * sizeof(float));
+    int32_t best = first;
+    for (int attempt = 0; attempt < REJECTION_LIMIT; attempt++) {
+        work[best] = -INFINITY;
+        best = (int32_t)tb_llm_kernels_active()->argmax(work, v);
+        if (work[best] == -INFINITY)
+            return none_allowed();
+        if (allowed(context, best)) {
+            *token = best;
+            return TB_OK;
+        }
+    }
+    work[best] = -INFINITY;
+    for (int64_t i = 0; i < v; i++)
+        if (work[i] != -INFINITY && !allowed(context, (int32_t)i))
+            work[i] = -INFINITY;
+    best = (int32_t)tb_llm_kernels_active()->argmax(work, v);
+    if (work[best] == -INFINITY)
+        return none_allowed();
+    *token = best;
+    return TB_OK;
+}
+
+/* One draw over weights[0..n) (summing to total); the index, or -1 when every weight is zero. */
+static int64_t draw_index(tb_llm_sampler *s, int64_t n, double total) {
+    const double target = next_unit(s->state) * total;
+    double cumulative = 0.0;
+    int64_t last = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (s->weights[i] <= 0.0)
+            continue;
+        cumulative += s->weights[i];
+        last = i;
+        if (target < cumulative)
+            return i;
+    }
+    return last; /* rounding left the target at the very end */
+}
+
+static double weight_total(const double *weights, int64_t n) {
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        total += weights[i];
+    return total;
+}
+
+tb_status tb_llm_sampler_sample_allowed(tb_llm_sampler *s, const float *logits, const int32_t *history,
+                                        int64_t history_count, tb_llm_token_allowed allowed, void *context,
+                                        int32_t *token) {
+    TB_TRY(check_call(s, logits, token));
+    if (!allowed)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "sampling: NULL token predicate");
+    int64_t n = 0;
+    bool is_greedy;
+    int32_t greedy = 0;
+    TB_TRY(filter(s, logits, history, history_count, &n, &is_greedy, &greedy));
+    if (is_greedy)
+        return greedy_allowed(s, logits, s->params.repetition_penalty != 1.0f, greedy, allowed, context, token);
+    double total = candidate_weights(s, n);
+    if (!(total > 0.0) || isinf(total))
+        return not_finite();
+    /* rejection: each draw is from the kept candidates not yet rejected, so an accepted token has exactly
+     * the masked distribution */
+    for (int attempt = 0; attempt < REJECTION_LIMIT && total > 0.0; attempt++) {
+        const int64_t i = draw_index(s, n, total);
+        if (i < 0)
+            break;
+        if (allowed(context, s->ids[i])) {
+            *token = s->ids[i];
+            return TB_OK;
+        }
+        s->weights[i] = 0.0;
+        total = weight_total(s->weights, n);
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (s->weights[i] > 0.0 && !allowed(context, s->ids[i]))
+            s->weights[i] = 0.0;
+    total = weight_total(s->weights, n);
+    if (!(total > 0.0)) { /* no kept candidate is allowed: every allowed token of the vocabulary */
+        n = 0;
+        for (int64_t id = 0; id < s->vocab; id++)
+            if (allowed(context, (int32_t)id))
+                s->ids[n++] = (int32_t)id;
+        if (n == 0)
+            return none_allowed();
+        total = candidate_weights(s, n);
+    }
+    const int64_t i = draw_index(s, n, total);
+    if (i < 0)
+        return none_allowed();
+    *token = s->ids[i];
+    return TB_OK;
+}
+
 tb_status tb_llm_sampler_probs(tb_llm_sampler *s, const float *logits, const int32_t *history, int64_t history_count,
                                float *probs) {
     TB_TRY(check_call(s, logits, probs));

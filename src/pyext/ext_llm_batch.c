@@ -1,5 +1,6 @@
 /* Python binding of the continuous-batching engine: torchburn._C._LLMBatch(model, slots, ctx_size,
- * prefill_chunk=0, kv_f16=False, batch_tokens=0). Every method is short and non-blocking except wait() (GIL
+ * prefill_chunk=0, kv_f16=False, batch_tokens=0, tokenizer=None) (the _Tokenizer enables submit(...,
+ * json=True)). Every method is short and non-blocking except wait() (GIL
  * released); the engine runs on its own C thread, so the GIL never serializes model work. fileno() is
  * readable while events are pending (asyncio's add_reader drives torchburn.llm.serve with it). */
 #include "pyext.h"
@@ -14,20 +15,27 @@ typedef struct py_llm_batch {
 static PyTypeObject *batch_type;
 
 static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"model", "slots", "ctx_size", "prefill_chunk", "kv_f16", "batch_tokens", NULL};
-    PyObject *model_obj;
+    static char *keywords[] = {"model", "slots", "ctx_size", "prefill_chunk", "kv_f16", "batch_tokens", "tokenizer",
+                               NULL};
+    PyObject *model_obj, *tokenizer_obj = Py_None;
     long long slots, ctx_size, prefill_chunk = 0, batch_tokens = 0;
     int kv_f16 = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|LpL:_LLMBatch", keywords, &model_obj, &slots, &ctx_size,
-                                     &prefill_chunk, &kv_f16, &batch_tokens))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|LpLO:_LLMBatch", keywords, &model_obj, &slots, &ctx_size,
+                                     &prefill_chunk, &kv_f16, &batch_tokens, &tokenizer_obj))
         return NULL;
     const tb_llm_model *model = tb_pyext_llm_model(model_obj);
     if (!model)
         return NULL;
+    const tb_tokenizer *tokenizer = NULL;
+    if (tokenizer_obj != Py_None && !(tokenizer = tb_pyext_tokenizer(tokenizer_obj)))
+        return NULL;
     tb_llm_batch_options options = {.slots = slots, .ctx_size = ctx_size, .prefill_chunk = prefill_chunk,
-                                    .kv_f16 = kv_f16 != 0, .batch_tokens = batch_tokens};
+                                    .kv_f16 = kv_f16 != 0, .batch_tokens = batch_tokens, .tokenizer = tokenizer};
     tb_llm_batch *batch = NULL;
-    tb_status status = tb_llm_batch_new(model, &options, &batch);
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS /* reads every token's bytes when a tokenizer is given */
+    status = tb_llm_batch_new(model, &options, &batch);
+    Py_END_ALLOW_THREADS
     if (status != TB_OK)
         return tb_py_raise(status);
     py_llm_batch *self = (py_llm_batch *)type->tp_alloc(type, 0);
@@ -98,15 +106,15 @@ static int32_t *ids_from(PyObject *seq, const char *what, int64_t *count) {
 static PyObject *batch_submit(py_llm_batch *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"prompt", "max_tokens", "temperature", "top_k", "top_p", "min_p",
                                "repetition_penalty", "seed", "presence_penalty", "frequency_penalty", "stop_ids",
-                               "logprobs", NULL};
+                               "logprobs", "json", NULL};
     PyObject *prompt_obj, *stop_obj = Py_None;
     long long max_tokens, top_k = 0;
     unsigned long long seed = 0;
     double temperature = 0.0, top_p = 1.0, min_p = 0.0, repetition = 1.0, presence = 0.0, frequency = 0.0;
-    int logprobs = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OL|dLddd$KddOi:submit", keywords, &prompt_obj, &max_tokens,
+    int logprobs = -1, json = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OL|dLddd$KddOip:submit", keywords, &prompt_obj, &max_tokens,
                                      &temperature, &top_k, &top_p, &min_p, &repetition, &seed, &presence, &frequency,
-                                     &stop_obj, &logprobs))
+                                     &stop_obj, &logprobs, &json))
         return NULL;
     if (batch_open(self) != 0)
         return NULL;
@@ -121,7 +129,8 @@ static PyObject *batch_submit(py_llm_batch *self, PyObject *args, PyObject *kwar
     }
     tb_llm_batch_request request = {.prompt = prompt, .prompt_count = prompt_count, .max_tokens = max_tokens,
                                     .presence_penalty = (float)presence, .frequency_penalty = (float)frequency,
-                                    .stop_ids = stops, .stop_count = stop_count, .logprobs = logprobs};
+                                    .stop_ids = stops, .stop_count = stop_count, .logprobs = logprobs,
+                                    .constraint = json ? TB_LLM_CONSTRAINT_JSON_OBJECT : TB_LLM_CONSTRAINT_NONE};
     tb_llm_sampling_default(&request.sampling);
     request.sampling.temperature = (float)temperature;
     request.sampling.top_k = top_k;
@@ -254,7 +263,8 @@ static PyObject *batch_get_stats(py_llm_batch *self, void *closure) {
 static PyMethodDef batch_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))batch_submit, METH_VARARGS | METH_KEYWORDS,
      "submit(prompt, max_tokens, temperature=0, top_k=0, top_p=1, min_p=0, repetition_penalty=1, *, seed=0, "
-     "presence_penalty=0, frequency_penalty=0, stop_ids=None, logprobs=-1) -> request id (queued)"},
+     "presence_penalty=0, frequency_penalty=0, stop_ids=None, logprobs=-1, json=False) -> request id (queued); json: "
+     "the output is one JSON object (needs the engine made with tokenizer=)"},
     {"cancel", (PyCFunction)batch_cancel, METH_O, "cancel(id): drop the request before the next step"},
     {"poll", (PyCFunction)(void (*)(void))batch_poll, METH_VARARGS | METH_KEYWORDS,
      "poll() -> [(id, token, finish, logprob, top_logprobs, final_counts)] pending events, oldest first"},

@@ -20,6 +20,14 @@ static PyTypeObject *decode_stream_type;
 
 enum { RELEASE_GIL_BYTES = 4096 };
 
+const tb_tokenizer *tb_pyext_tokenizer(PyObject *object) {
+    if (!tokenizer_type || !PyObject_TypeCheck(object, tokenizer_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a torchburn._C._Tokenizer, got %s", Py_TYPE(object)->tp_name);
+        return NULL;
+    }
+    return ((py_tokenizer *)object)->tokenizer;
+}
+
 static PyObject *wrap_tokenizer(tb_tokenizer *tokenizer) {
     py_tokenizer *self = PyObject_New(py_tokenizer, tokenizer_type);
     if (!self) {
@@ -211,6 +219,22 @@ static PyObject *tok_id_to_token(py_tokenizer *self, PyObject *arg) {
     return PyUnicode_DecodeUTF8(token, (Py_ssize_t)length, "replace");
 }
 
+static PyObject *tok_token_bytes(py_tokenizer *self, PyObject *arg) {
+    int overflow = 0;
+    long long id = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (id == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || id < 0 || id > INT32_MAX)
+        return PyBytes_FromStringAndSize("", 0);
+    tb_tokenizer_string bytes = {0};
+    tb_status status = tb_tokenizer_token_bytes(self->tokenizer, (int32_t)id, &bytes);
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    PyObject *out = PyBytes_FromStringAndSize(bytes.data, (Py_ssize_t)bytes.length);
+    tb_tokenizer_string_free(&bytes);
+    return out;
+}
+
 static PyObject *tok_is_special(py_tokenizer *self, PyObject *arg) {
     long id = PyLong_AsLong(arg);
     if (id == -1 && PyErr_Occurred())
@@ -276,6 +300,8 @@ static PyMethodDef tokenizer_methods[] = {
     {"token_to_id", (PyCFunction)tok_token_to_id, METH_O, "token_to_id(token) -> int | None"},
     {"id_to_token", (PyCFunction)tok_id_to_token, METH_O, "id_to_token(id) -> str | None"},
     {"is_special", (PyCFunction)tok_is_special, METH_O, "is_special(id) -> bool"},
+    {"token_bytes", (PyCFunction)tok_token_bytes, METH_O,
+     "token_bytes(id) -> bytes: what the token adds inside a decoded text (raw, partial UTF-8 kept)"},
     {"decode_stream", (PyCFunction)(void (*)(void))tok_decode_stream, METH_VARARGS | METH_KEYWORDS,
      "decode_stream(skip_special_tokens=False) -> _DecodeStream"},
     {NULL, NULL, 0, NULL},

@@ -66,5 +66,7 @@ int tb_pyext_register_llm_batch(PyObject *module);
 
 /* The model inside a torchburn._C._LLMModel (borrowed), or NULL with TypeError set. */
 struct tb_llm_model *tb_pyext_llm_model(PyObject *object);
+/* The tokenizer of a torchburn._C._Tokenizer, or NULL with TypeError set. */
+const struct tb_tokenizer *tb_pyext_tokenizer(PyObject *object);
 
 #endif

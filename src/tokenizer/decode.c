@@ -59,7 +59,8 @@ static int byte_of_char(const tb_tokenizer *t, uint32_t cp) {
     return cp < 0x144 ? t->char_to_byte[cp] : -1;
 }
 
-static tb_status decode_byte_level(const tb_tokenizer *t, const token_list *in, token_list *out) {
+/* raw: the bytes as they are, incomplete UTF-8 included (tb_tokenizer_token_bytes); else lossy UTF-8. */
+static tb_status decode_byte_level(const tb_tokenizer *t, const token_list *in, token_list *out, bool raw) {
     tb_tok_buffer bytes = {0};
     tb_status st = TB_OK;
     for (size_t i = 0; i < in->count && st == TB_OK; i++) {
@@ -84,7 +85,9 @@ static tb_status decode_byte_level(const tb_tokenizer *t, const token_list *in, 
         st = list_open(out);
     if (st == TB_OK) {
         size_t before = out->text.length;
-        st = tb_utf8_append_lossy(&out->text, (const uint8_t *)(bytes.data ? bytes.data : ""), bytes.length);
+        const uint8_t *data = (const uint8_t *)(bytes.data ? bytes.data : "");
+        st = raw ? tb_tok_buffer_append(&out->text, data, bytes.length)
+                 : tb_utf8_append_lossy(&out->text, data, bytes.length);
         out->lengths[out->count - 1] = out->text.length - before;
     }
     tb_tok_buffer_free(&bytes);
@@ -109,11 +112,11 @@ static int byte_fallback_value(const char *s, size_t n) {
     return value;
 }
 
-static tb_status flush_bytes(token_list *out, tb_tok_buffer *pending) {
+static tb_status flush_bytes(token_list *out, tb_tok_buffer *pending, bool raw) {
     if (!pending->length)
         return TB_OK;
     tb_status st;
-    if (tb_utf8_valid_prefix((const uint8_t *)pending->data, pending->length) == pending->length) {
+    if (raw || tb_utf8_valid_prefix((const uint8_t *)pending->data, pending->length) == pending->length) {
         st = list_push(out, pending->data, pending->length);
     } else {
         st = TB_OK;
@@ -124,12 +127,15 @@ static tb_status flush_bytes(token_list *out, tb_tok_buffer *pending) {
     return st;
 }
 
-static tb_status decode_step(const tb_tokenizer *t, const tb_decoder *d, const token_list *in, token_list *out) {
+/* One decoder of the chain over the whole list. raw (tb_tokenizer_token_bytes: one token in the middle of a
+ * text): no lossy UTF-8, no start-of-text rules, and no Strip of a fused text (after_fuse). */
+static tb_status decode_step(const tb_tokenizer *t, const tb_decoder *d, const token_list *in, token_list *out,
+                             bool raw, bool after_fuse) {
     tb_status st = TB_OK;
     uint8_t rep[4];
     switch (d->kind) {
     case TB_DECODER_BYTE_LEVEL:
-        return decode_byte_level(t, in, out);
+        return decode_byte_level(t, in, out, raw);
     case TB_DECODER_FUSE:
         st = list_open(out);
         for (size_t i = 0; i < in->count && st == TB_OK; i++)
@@ -144,12 +150,12 @@ static tb_status decode_step(const tb_tokenizer *t, const tb_decoder *d, const t
                 st = tb_tok_buffer_append(&pending, &byte, 1);
                 continue;
             }
-            st = flush_bytes(out, &pending);
+            st = flush_bytes(out, &pending, raw);
             if (st == TB_OK)
                 st = list_push(out, item(in, i), in->lengths[i]);
         }
         if (st == TB_OK)
-            st = flush_bytes(out, &pending);
+            st = flush_bytes(out, &pending, raw);
         tb_tok_buffer_free(&pending);
         return st;
     }
@@ -185,13 +191,18 @@ static tb_status decode_step(const tb_tokenizer *t, const tb_decoder *d, const t
                 uint32_t cp = tb_utf8_next(s, &k);
                 if (cp != d->replacement)
                     st = list_append(out, s + start, k - start);
-                else if (!(i == 0 && d->prepend_scheme != TB_PREPEND_NEVER))
+                else if (!(i == 0 && !raw && d->prepend_scheme != TB_PREPEND_NEVER))
                     st = list_append(out, " ", 1);
             }
         }
         return st;
     }
     case TB_DECODER_STRIP:
+        if (raw && after_fuse) { /* strips the ends of the whole text, not of one token inside it */
+            for (size_t i = 0; i < in->count && st == TB_OK; i++)
+                st = list_push(out, item(in, i), in->lengths[i]);
+            return st;
+        }
         for (size_t i = 0; i < in->count && st == TB_OK; i++) {
             const uint8_t *s = (const uint8_t *)item(in, i);
             size_t n = in->lengths[i], a = 0, b = n;
@@ -214,6 +225,41 @@ static tb_status decode_step(const tb_tokenizer *t, const tb_decoder *d, const t
     return tb_error_set(TB_ERR_INTERNAL, "tokenizer: unknown decoder kind");
 }
 
+/* Runs the decoder chain over the token list `a` (b is scratch; both are freed) and joins the result into
+ * *out: "" between tokens after a decoder, " " without one (HF's tokens.join(" ")); in raw mode (one
+ * token inside a text, tb_tokenizer_token_bytes) that " " also precedes the first one. */
+static tb_status decode_list(const tb_tokenizer *t, token_list *a, token_list *b, tb_status st, bool raw,
+                             tb_tokenizer_string *out) {
+    bool fused = false;
+    for (size_t k = 0; k < t->decoder_count && st == TB_OK; k++) {
+        b->count = 0;
+        b->text.length = 0;
+        st = decode_step(t, &t->decoders[k], a, b, raw, fused);
+        fused |= t->decoders[k].kind == TB_DECODER_FUSE;
+        token_list swap = *a;
+        *a = *b;
+        *b = swap;
+    }
+    tb_tok_buffer text = {0};
+    for (size_t i = 0; i < a->count && st == TB_OK; i++) {
+        if ((i > 0 || raw) && !t->has_decoder)
+            st = tb_tok_buffer_append(&text, " ", 1);
+        if (st == TB_OK)
+            st = tb_tok_buffer_append(&text, item(a, i), a->lengths[i]);
+    }
+    if (st == TB_OK && !text.data)
+        st = tb_tok_buffer_append(&text, "", 0);
+    list_free(a);
+    list_free(b);
+    if (st != TB_OK) {
+        tb_tok_buffer_free(&text);
+        return st;
+    }
+    out->data = text.data;
+    out->length = text.length;
+    return TB_OK;
+}
+
 tb_status tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t count, bool skip_special_tokens,
                               tb_tokenizer_string *out) {
     if (!t || !out || (!ids && count))
@@ -229,33 +275,18 @@ tb_status tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t 
             continue;
         st = list_push(&a, token, n);
     }
-    for (size_t k = 0; k < t->decoder_count && st == TB_OK; k++) {
-        b.count = 0;
-        b.text.length = 0;
-        st = decode_step(t, &t->decoders[k], &a, &b);
-        token_list swap = a;
-        a = b;
-        b = swap;
-    }
-    /* the final join: "" after a decoder, " " without one (HF's tokens.join(" ")) */
-    tb_tok_buffer text = {0};
-    for (size_t i = 0; i < a.count && st == TB_OK; i++) {
-        if (i > 0 && !t->has_decoder)
-            st = tb_tok_buffer_append(&text, " ", 1);
-        if (st == TB_OK)
-            st = tb_tok_buffer_append(&text, item(&a, i), a.lengths[i]);
-    }
-    if (st == TB_OK && !text.data)
-        st = tb_tok_buffer_append(&text, "", 0);
-    list_free(&a);
-    list_free(&b);
-    if (st != TB_OK) {
-        tb_tok_buffer_free(&text);
-        return st;
-    }
-    out->data = text.data;
-    out->length = text.length;
-    return TB_OK;
+    return decode_list(t, &a, &b, st, false, out);
+}
+
+tb_status tb_tokenizer_token_bytes(const tb_tokenizer *t, int32_t id, tb_tokenizer_string *out) {
+    if (!t || !out)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "tokenizer_token_bytes: NULL argument");
+    out->data = NULL;
+    out->length = 0;
+    size_t n;
+    const char *token = tb_tokenizer_id_to_token(t, id, &n);
+    token_list a = {0}, b = {0};
+    return decode_list(t, &a, &b, token ? list_push(&a, token, n) : TB_OK, true, out);
 }
 
 void tb_tokenizer_string_free(tb_tokenizer_string *s) {

@@ -182,6 +182,100 @@ def test_logprobs(client):
         assert abs(entry.logprob - entry.top_logprobs[0].logprob) < 1e-5  # greedy takes the top token
 
 
+def _json_requests(formats, seeds, max_tokens, base, temperature=1.0):
+    """Chat and completion requests with each response_format, concurrently: [(finish_reason, text)]."""
+    messages = [{"role": "user", "content": "Reply in JSON: the quick brown fox?"}]
+
+    async def one(client, i, seed):
+        kwargs = dict(model=MODEL_ID, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                      response_format=formats[i % len(formats)])
+        if i % 3 == 0:  # streamed chat
+            stream = await client.chat.completions.create(messages=messages, stream=True, **kwargs)
+            chunks = [chunk async for chunk in stream]
+            return (chunks[-1].choices[0].finish_reason, "".join(c.choices[0].delta.content or "" for c in chunks))
+        if i % 3 == 1:
+            out = await client.chat.completions.create(messages=messages, **kwargs)
+            return out.choices[0].finish_reason, out.choices[0].message.content
+        kwargs["extra_body"] = {"response_format": kwargs.pop("response_format")}  # not in the client's signature
+        out = await client.completions.create(prompt="Once upon a time", **kwargs)
+        return out.choices[0].finish_reason, out.choices[0].text
+
+    async def run_all():
+        async with openai.AsyncOpenAI(base_url=base, api_key="none", max_retries=0, timeout=120) as client:
+            return await asyncio.gather(*(one(client, i, seed) for i, seed in enumerate(seeds)))
+
+    return asyncio.run(run_all())
+
+
+JSON_FORMATS = [{"type": "json_object"},
+                {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": {
+                    "type": "object", "properties": {"a": {"type": "string"}}}}}]
+
+
+def test_response_format_json_parses(server):
+    """Seeded sampling under the JSON constraint (chat, streamed chat, completions): every output that
+    ended with "stop" parses with json.loads as an object, and every output starts an object; those cut by
+    max_tokens end with "length". Without the constraint the same requests give no JSON."""
+    results = _json_requests(JSON_FORMATS, range(48), 40, server[0] + "/v1")
+    finished = [text for reason, text in results if reason == "stop"]
+    assert len(finished) >= 8, results  # the random model closes many objects within 40 tokens
+    for text in finished:
+        assert isinstance(json.loads(text), dict), text
+    for reason, text in results:
+        assert reason in ("stop", "length") and text.lstrip().startswith("{"), (reason, text)
+    free = _json_requests([{"type": "text"}], range(6), 40, server[0] + "/v1")
+    assert not any(text.lstrip().startswith("{") for _, text in free)
+
+
+def test_response_format_json_greedy_and_reproducible(server):
+    """Greedy JSON takes the best valid token: the same text every time, alone or beside other requests."""
+    base = server[0] + "/v1"
+    alone = _json_requests(JSON_FORMATS[:1], [0], 60, base, temperature=0.0)
+    together = _json_requests(JSON_FORMATS[:1], range(8), 60, base, temperature=0.0)
+    assert all(r == alone[0] for r in together[::3])  # the streamed-chat requests, same prompt
+    reason, text = alone[0]
+    if reason == "stop":
+        assert isinstance(json.loads(text), dict)
+    assert text.lstrip().startswith("{")
+    seeded = _json_requests(JSON_FORMATS, [5, 5, 5], 40, base)
+    assert _json_requests(JSON_FORMATS, [5, 5, 5], 40, base) == seeded
+
+
+def test_response_format_hostile_input_rejected(server):
+    url = server[0] + "/v1/chat/completions"
+    messages = [{"role": "user", "content": "hi"}]
+
+    def schema(value):
+        return {"type": "json_schema", "json_schema": {"name": "s", "schema": value}}
+
+    deep: dict = {"type": "object"}
+    for _ in range(40):
+        deep = {"type": "object", "properties": {"x": deep}}
+    bad = [
+        "json_object", {"type": "yaml"}, {"type": ["json_object"]}, {"type": "json_object", "extra": 1},
+        {"type": "json_object", "json_schema": {"name": "s"}}, {"type": "json_schema"},
+        {"type": "json_schema", "json_schema": "s"}, {"type": "json_schema", "json_schema": {"schema": {}}},
+        {"type": "json_schema", "json_schema": {"name": "bad name!", "schema": {}}},
+        {"type": "json_schema", "json_schema": {"name": "n" * 65}},
+        {"type": "json_schema", "json_schema": {"name": "s", "strict": "yes"}},
+        {"type": "json_schema", "json_schema": {"name": "s", "unknown": 1}},
+        schema([]), schema("object"), schema({"type": "array"}), schema({"type": ["string"]}), schema(deep),
+        schema({"type": "object", "enum": list(range(20000))}),
+    ]
+    for response_format in bad:
+        r = httpx.post(url, json={"model": MODEL_ID, "messages": messages, "response_format": response_format})
+        assert r.status_code == 400, (response_format if len(str(response_format)) < 300 else "big", r.text)
+        assert r.json()["error"]["param"].startswith("response_format")
+    # a body nested past Python's recursion limit is a 400, not a 500
+    nested = '{"model": "%s", "messages": [], "response_format": %s}' % (MODEL_ID, "[" * 100000 + "]" * 100000)
+    r = httpx.post(url, content=nested, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    assert httpx.get(server[0] + "/health").status_code == 200
+    ok = httpx.post(url, json={"model": MODEL_ID, "messages": messages, "max_tokens": 4,
+                               "response_format": schema({"type": "object"})})
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"].lstrip().startswith("{")
+
+
 def test_api_key(llm):
     app = create_app(lambda: llm, MODEL_ID, api_key="sekrit", parallel=2, ctx_size=CTX)
     srv, port, thread = serve_in_thread(app)
@@ -462,6 +556,8 @@ def test_engine_refuses_bad_options_and_requests(llm):
             engine.submit([1, 2], 0)
         with pytest.raises(ValueError, match="temperature"):
             engine.submit([1, 2], 4, temperature=float("nan"))
+        with pytest.raises(ValueError, match="tokenizer"):  # a JSON constraint needs the token bytes
+            engine.submit([1, 2], 4, json=True)
         request = engine.submit([1, 2, 3], 4, stop_ids=[])
         events = []
         while not events or events[-1][2] is None:
@@ -473,6 +569,35 @@ def test_engine_refuses_bad_options_and_requests(llm):
         engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.submit([1], 1)
+
+
+def test_engine_json_without_stop_ids_ends_with_the_object(llm):
+    """With no stop ids the engine ends a JSON request as the object closes (finish "stop", the last token
+    is the one holding the closing brace); the tokens decode to an object."""
+    from torchburn import _C
+
+    with pytest.raises(TypeError, match="_Tokenizer"):
+        _C._LLMBatch(llm._model, 2, 64, tokenizer="not a tokenizer")
+    engine = _C._LLMBatch(llm._model, 4, 128, tokenizer=llm.tokenizer._tok)
+    try:
+        requests = {engine.submit([5, 6, 7], 40, temperature=1.0, seed=seed, stop_ids=[], json=True): []
+                    for seed in range(12)}
+        done: dict = {}
+        while len(done) < len(requests):
+            engine.wait(5.0)
+            for event in engine.poll():
+                requests[event[0]].append(event[1])
+                if event[2] is not None:
+                    done[event[0]] = event[2]
+        stopped = [tokens for rid, tokens in requests.items() if done[rid] == "stop"]
+        assert stopped and all(done[rid] in ("stop", "length") for rid in requests)
+        for tokens in stopped:
+            text = llm.tokenizer.decode(tokens)
+            assert isinstance(json.loads(text), dict) and text.endswith("}"), text
+            with pytest.raises(ValueError):  # one token earlier the object was not complete yet
+                json.loads(llm.tokenizer.decode(tokens[:-1]))
+    finally:
+        engine.close()
 
 
 def test_bench_peer_skip_reasons(tmp_path):

@@ -33,6 +33,7 @@ class GenerationParams:
     frequency_penalty: float = 0.0
     stop: Sequence[str] = ()
     logprobs: int = -1  # -1 none; else the number of top alternatives per token
+    json: bool = False  # the output is one JSON object (the engine's grammar constraint)
 
 
 @dataclass
@@ -55,7 +56,7 @@ class BatchEngine:
         self.llm = llm
         self.ctx_size = int(ctx_size or llm.max_seq_len)
         self.engine = _C._LLMBatch(llm._model, int(slots), self.ctx_size, int(prefill_chunk), llm._kv_f16,
-                                   int(batch_tokens))
+                                   int(batch_tokens), llm.tokenizer._tok)
         self.slots = int(slots)
         self._queues: dict[int, Optional[asyncio.Queue]] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -94,7 +95,7 @@ class BatchEngine:
         request_id = self.engine.submit(
             list(prompt_ids), params.max_tokens, temperature=params.temperature, top_k=params.top_k,
             top_p=params.top_p, seed=seed & (2**64 - 1), presence_penalty=params.presence_penalty,
-            frequency_penalty=params.frequency_penalty, stop_ids=stops, logprobs=params.logprobs)
+            frequency_penalty=params.frequency_penalty, stop_ids=stops, logprobs=params.logprobs, json=params.json)
         queue: asyncio.Queue = asyncio.Queue()
         self._queues[request_id] = queue
         stop_set = set(stops)

@@ -4,6 +4,7 @@ with the HTTP status and OpenAI's error JSON (``{"error": {"message", "type", "p
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Optional
 
 from .engine import GenerationParams
@@ -106,11 +107,7 @@ def parse_generation(body: dict, prompt_tokens: int, ctx_size: int, chat: bool) 
         if top is not None and not (0 <= top <= 5):
             raise ApiError(400, f"'logprobs' must be in [0, 5], got {top}", "logprobs", "invalid_value")
         logprobs = -1 if top is None else top
-    response_format = body.get("response_format")
-    if response_format is not None:
-        if not isinstance(response_format, dict) or response_format.get("type") != "text":
-            raise ApiError(400, "only response_format {'type': 'text'} is supported", "response_format",
-                           "unsupported_value")
+    json_output = _response_format(body.get("response_format"))
     stream = _boolean(body, "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -124,8 +121,85 @@ def parse_generation(body: dict, prompt_tokens: int, ctx_size: int, chat: bool) 
         frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
         stop=stops,
         logprobs=logprobs,
+        json=json_output,
     )
     return params, stream
+
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_SCHEMA_DEPTH = 32
+MAX_SCHEMA_NODES = 10_000
+
+
+def _check_schema(schema: Any) -> None:
+    """A JSON schema must be an object of bounded size and depth whose root describes an object. Walked
+    without recursion, so a hostile schema costs at most MAX_SCHEMA_NODES steps."""
+    param = "response_format.json_schema.schema"
+    if not isinstance(schema, dict):
+        raise ApiError(400, "'response_format.json_schema.schema' must be an object", param, "invalid_type")
+    root_type = schema.get("type", "object")
+    if root_type != "object" and not (isinstance(root_type, list) and "object" in root_type):
+        raise ApiError(400, f"the schema's root must be of type 'object' (the output is one JSON object), got "
+                       f"{str(root_type)[:40]!r}", param, "invalid_value")
+    stack, nodes = [(schema, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_SCHEMA_NODES:
+            raise ApiError(400, f"the schema has more than {MAX_SCHEMA_NODES} values", param, "invalid_value")
+        if depth > MAX_SCHEMA_DEPTH:
+            raise ApiError(400, f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels", param, "invalid_value")
+        if isinstance(value, dict):
+            if not all(isinstance(k, str) for k in value):
+                raise ApiError(400, "schema keys must be strings", param, "invalid_type")
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def _response_format(value: Any) -> bool:
+    """Whether the output must be one JSON object: {"type": "json_object"}, or {"type": "json_schema",
+    "json_schema": {"name", "schema", "strict", "description"}} (the schema is checked for shape and size;
+    the engine guarantees a valid JSON object, not conformance to the schema). {"type": "text"} or absent:
+    free text."""
+    if value is None:
+        return False
+    if not isinstance(value, dict):
+        raise ApiError(400, "'response_format' must be an object", "response_format", "invalid_type")
+    kind = value.get("type")
+    unknown = sorted(set(value) - {"type", "json_schema"})
+    if unknown:
+        raise ApiError(400, f"unknown field(s) in 'response_format': {', '.join(map(str, unknown))[:200]}",
+                       "response_format", "invalid_value")
+    if kind == "text" or kind == "json_object":
+        if "json_schema" in value:
+            raise ApiError(400, f"'json_schema' is only valid with type 'json_schema', not {kind!r}",
+                           "response_format", "invalid_value")
+        return kind == "json_object"
+    if kind != "json_schema":
+        raise ApiError(400, f"'response_format.type' must be 'text', 'json_object' or 'json_schema', got "
+                       f"{str(kind)[:40]!r}", "response_format.type", "invalid_value")
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise ApiError(400, "'response_format.json_schema' must be an object", "response_format.json_schema",
+                       "invalid_type")
+    unknown = sorted(set(spec) - {"name", "schema", "strict", "description"})
+    if unknown:
+        raise ApiError(400, f"unknown field(s) in 'response_format.json_schema': {', '.join(map(str, unknown))[:200]}",
+                       "response_format.json_schema", "invalid_value")
+    name = spec.get("name")
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
+        raise ApiError(400, "'response_format.json_schema.name' must be 1 to 64 letters, digits, '_' or '-'",
+                       "response_format.json_schema.name", "invalid_value")
+    if not isinstance(spec.get("strict", False), (bool, type(None))):
+        raise ApiError(400, "'response_format.json_schema.strict' must be a boolean",
+                       "response_format.json_schema.strict", "invalid_type")
+    if not isinstance(spec.get("description", ""), (str, type(None))):
+        raise ApiError(400, "'response_format.json_schema.description' must be a string",
+                       "response_format.json_schema.description", "invalid_type")
+    if spec.get("schema") is not None:
+        _check_schema(spec["schema"])
+    return True
 
 
 def _content_text(content: Any, index: int) -> str:

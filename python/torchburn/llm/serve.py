@@ -102,6 +102,8 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
             body = json.loads(b"".join(chunks).decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json")
+        except RecursionError:
+            raise ApiError(400, "the request body nests too deeply", code="invalid_json")
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
         model = body.get("model")
