@@ -71,10 +71,11 @@ class _Entry:
     """One captured signature: the plan, where its inputs come from, and the module tensors it reads
     (gathered again only after a module's members changed)."""
 
-    __slots__ = ("plan", "arg_index", "sources", "tensors", "generation", "single")
+    __slots__ = ("plan", "arg_index", "sources", "tensors", "generation", "single", "nones")
 
-    def __init__(self, plan: Any, arg_index: tuple, sources: list, single: bool) -> None:
+    def __init__(self, plan: Any, arg_index: tuple, sources: list, single: bool, nones: Optional[tuple]) -> None:
         self.plan, self.arg_index, self.sources, self.single = plan, arg_index, sources, single
+        self.nones = nones  # None, or which places of the result tuple are None
         self.generation = -1
         self.tensors: list = []
 
@@ -105,12 +106,31 @@ def _arg_key(args: tuple, kwargs: dict) -> Optional[tuple]:
     return tuple(key)
 
 
+def _closure_modules(fn: Callable) -> list:
+    """The modules a compiled function reaches without taking them as arguments: a bound method's
+    module and the modules in the function's closure. Their parameters and buffers become graph
+    inputs like a compiled module's."""
+    found = []
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, _tt.nn.Module):
+        found.append(owner)
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, _tt.nn.Module) and value not in found:
+            found.append(value)
+    return found
+
+
 class CompiledFunction:
     """The result of turbo_torch.compile on a function: call it like the function."""
 
     def __init__(self, fn: Callable, module: Any = None, fullgraph: bool = False) -> None:
         self._fn = fn
         self._module = module
+        self._roots = [module] if module is not None else _closure_modules(fn)
         self._fullgraph = fullgraph
         self._cache: dict = {}
         self._seen = -1  # the module generation _mode/_tensors were computed at
@@ -121,8 +141,8 @@ class CompiledFunction:
 
     def _members(self) -> list:
         out = []
-        if self._module is not None:
-            for _, sub in self._module.named_modules():
+        for root in self._roots:
+            for _, sub in root.named_modules():
                 for table in ("_parameters", "_buffers"):
                     for name, t in getattr(sub, table).items():
                         if t is not None:
@@ -131,7 +151,7 @@ class CompiledFunction:
 
     def _refresh(self) -> None:
         """Recomputes what the signature needs from the module after its members changed."""
-        subs = list(self._module.modules())
+        subs = [m for root in self._roots for m in root.modules()]
         hooks = any(m._forward_hooks or m._forward_pre_hooks for m in subs)
         self._mode = False if hooks else tuple(m.training for m in subs)
         self._tensors = [t for t, _ in self._members()]
@@ -139,7 +159,7 @@ class CompiledFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         mode = None
-        if self._module is not None:
+        if self._roots:
             if self._seen != _generation[0]:
                 self._refresh()
             mode = self._mode
@@ -171,7 +191,10 @@ class CompiledFunction:
         _stats["replays"] += 1
         if entry.single:
             return _wrap(outs[0])
-        return tuple(map(_wrap, outs))
+        if entry.nones is None:
+            return tuple(map(_wrap, outs))
+        tensors = iter(outs)
+        return tuple(None if none else _wrap(next(tensors)) for none in entry.nones)
 
     def _capture(self, key: tuple, args: tuple, kwargs: dict) -> Any:
         r = _Recorder()
@@ -211,11 +234,16 @@ class CompiledFunction:
             if t._version != version:
                 raise _Abort("a tensor was modified in place during capture")
         single = isinstance(result, _tt.Tensor)
-        outs = [result] if single else list(result) if isinstance(result, tuple) else None
-        if not outs or not all(isinstance(o, _tt.Tensor) for o in outs):
-            raise _Abort("the result is not a tensor or a tuple of tensors")
+        outs = [result] if single else list(result) if isinstance(result, tuple) else []
+        if not any(isinstance(o, _tt.Tensor) for o in outs) or \
+                not all(o is None or isinstance(o, _tt.Tensor) for o in outs):
+            raise _Abort("the result is not a tensor or a tuple of tensors (and Nones)")
+        nones = None if single or all(o is not None for o in outs) else tuple(o is None for o in outs)
+        outs = [o for o in outs if o is not None]
         for o in outs:
-            value = r.value(o)
+            value = r.values.get(id(o))
+            if value is None:
+                raise _Abort("the result is made by an op that was not captured")
             if value < len(r.inputs):
                 raise _Abort("an output is an input")
             r.graph.output(value)
@@ -223,7 +251,10 @@ class CompiledFunction:
         plan.fallback = lambda *tensors: None
         arg_index = tuple(s[1] for s in r.inputs if s[0] == "arg")
         sources = [s for s in r.inputs if s[0] != "arg"]
-        return _Entry(plan, arg_index, sources, single)
+        return _Entry(plan, arg_index, sources, single, nones)
+
+
+_OWN_ATTRIBUTES = {"_fn", "_module", "_roots", "_fullgraph", "_cache", "_seen", "_mode", "_tensors", "last_reason"}
 
 
 class CompiledModule(CompiledFunction):
@@ -237,7 +268,7 @@ class CompiledModule(CompiledFunction):
         return getattr(self._orig_mod, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("_") and name in ("_fn", "_module", "_fullgraph", "_cache") or name == "last_reason":
+        if name in _OWN_ATTRIBUTES:
             object.__setattr__(self, name, value)
         else:
             setattr(self._orig_mod, name, value)

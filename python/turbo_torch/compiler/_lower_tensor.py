@@ -89,6 +89,24 @@ def compare(name: str, reverse: bool = False) -> Callable:
     return lower
 
 
+def logical(name: str, reverse: bool = False) -> Callable:
+    """& | ^ : logical_* on bool tensors, bitwise_* on integers."""
+    def lower(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
+        a, b = _operands(name, args, kwargs, reverse)
+        if not (isinstance(a, _tt.Tensor) and isinstance(b, _tt.Tensor)) or a.dtype != b.dtype:
+            raise Abort(f"{name} of a tensor and a number, or of mixed dtypes")
+        op = ("logical_" if a.dtype == _tt.bool else "bitwise_") + name
+        r.node("binary", [r.value(a), r.value(b)], {"op": BINARY[op], "dtype": dtype_name(out)}, out)
+    return lower
+
+
+def invert(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
+    x = args[0]
+    if x.dtype != _tt.bool:
+        raise Abort("~ of a non-bool tensor")
+    r.node("unary", [r.value(x)], {"op": UNARY["logical_not"], "dtype": "bool"}, out)
+
+
 def _operand(r: Recorder, value: Any, dtype: str) -> int:
     if isinstance(value, _tt.Tensor):
         return r.value(value)
@@ -354,6 +372,10 @@ def functions() -> list:
     for name in ("add", "sub"):  # alpha= makes these Python functions; without it they are the table ops
         on(name, binary(name))
     on("__neg__", unary("neg"), (T,))
+    on("__invert__", invert, (T,))
+    for name in ("and", "or", "xor"):
+        on(f"__{name}__", logical(name), (T,))
+        on(f"__r{name}__", logical(name, reverse=True), (T,))
     on("__abs__", unary("abs"), (T,))
     for name, dunder in _DUNDER_BINARY.items():
         on(dunder, binary(name), (T,))

@@ -125,10 +125,11 @@ def _has_tensor(out: Any) -> bool:
     return isinstance(out, (tuple, list)) and any(isinstance(o, _tt.Tensor) for o in out)
 
 
-def recording(original: Callable, lower: Callable, accept: Optional[Callable] = None) -> Callable:
-    """The entry point installed in place of `original` during a capture. accept(args, kwargs), when
-    given, says whether this call is lowered as one node group; when it says no, the call runs with
-    recording left on, so the ops it is made of are recorded one by one."""
+def recording(original: Callable, lower: Callable, accept: Optional[Callable] = None, name: str = "") -> Callable:
+    """The entry point installed in place of `original` (called `name` in refusal reasons) during a
+    capture. accept(*args, **kwargs), when given, says whether this call is lowered as one node
+    group; when it says no, the call runs with recording left on, so the ops it is made of are
+    recorded one by one."""
     def entry(*args: Any, **kwargs: Any) -> Any:
         r = recorder()
         if r is None or r.reason is not None or getattr(state, "depth", 0):
@@ -145,9 +146,9 @@ def recording(original: Callable, lower: Callable, accept: Optional[Callable] = 
         try:
             lower(r, out, args, kwargs)
         except Abort as e:
-            r.reason = str(e)
+            r.reason = f"{name}: {e}"
         except Exception as e:  # the graph builder refused the node
-            r.reason = f"graph: {e}"
+            r.reason = f"{name}: graph: {e}"
         return out
     entry.__wrapped__ = original
     return entry
@@ -180,11 +181,14 @@ class Patched:
         self.saved: list = []
         try:
             for cls, lower, *accept in self.modules:
-                self._set(cls, "forward", recording(cls.__dict__["forward"], lower, *accept))
+                accept = accept[0] if accept else None
+                self._set(cls, "forward", recording(cls.__dict__["forward"], lower, accept, cls.__name__))
             for owner, name, lower, *accept in self.functions:
                 original = getattr(owner, name, None)
                 if original is not None:
-                    self._set(owner, name, recording(original, lower, *accept))
+                    accept = accept[0] if accept else None
+                    label = f"{getattr(owner, '__name__', type(owner).__name__).split('.')[-1]}.{name}"
+                    self._set(owner, name, recording(original, lower, accept, label))
             for name in TAINTS:
                 self._set(_tt.Tensor, name, taint(getattr(_tt.Tensor, name), name))
             for name in ("equal", "allclose", "is_nonzero"):
