@@ -53,6 +53,7 @@ def reset() -> None:
         _stats[key] = 0
     for obj in list(_registry):
         obj._cache.clear()
+        obj._fast = None
 
 
 def _tables() -> tuple:
@@ -71,10 +72,12 @@ class _Entry:
     """One captured signature: the plan, where its inputs come from, and the module tensors it reads
     (gathered again only after a module's members changed)."""
 
-    __slots__ = ("plan", "arg_index", "sources", "tensors", "generation", "single", "nones")
+    __slots__ = ("plan", "arg_index", "nargs", "sources", "tensors", "generation", "single", "nones")
 
     def __init__(self, plan: Any, arg_index: tuple, sources: list, single: bool, nones: Optional[tuple]) -> None:
         self.plan, self.arg_index, self.sources, self.single = plan, arg_index, sources, single
+        # the fast path passes the arguments straight to the plan: only when they are its first inputs
+        self.nargs = len(arg_index) if arg_index == tuple(range(len(arg_index))) else -1
         self.nones = nones  # None, or which places of the result tuple are None
         self.generation = -1
         self.tensors: list = []
@@ -136,6 +139,8 @@ class CompiledFunction:
         self._seen = -1  # the module generation _mode/_tensors were computed at
         self._mode: Any = None  # training flags of every submodule, or False when one has hooks
         self._tensors: list = []
+        self._fast: Optional[_Entry] = None  # the entry of the last replay, tried first by the next call
+        self._fast_generation: Optional[int] = None  # the module generation it was chosen at (None: no modules)
         self.last_reason: Optional[str] = None
         _registry.add(self)
 
@@ -158,6 +163,16 @@ class CompiledFunction:
         self._seen = _generation[0]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = self._fast
+        # the fast path: tensors only, no grad, modules unchanged -> the last replayed plan, whose C call
+        # checks every input's dtype, shape and strides (a mismatch falls through to the full signature)
+        if fast is not None and not kwargs and len(args) == fast.nargs and not _tt.is_grad_enabled() and \
+                (self._fast_generation is None or self._fast_generation == _generation[0]) and \
+                all(isinstance(a, _tt.Tensor) for a in args):
+            outs = fast.plan(*args, *fast.module_tensors())
+            if outs is not None:
+                _stats["replays"] += 1
+                return _wrap(outs[0]) if fast.single else self._result(fast, outs)
         mode = None
         if self._roots:
             if self._seen != _generation[0]:
@@ -189,8 +204,13 @@ class CompiledFunction:
             _stats["plan_fallbacks"] += 1
             return self._fn(*args, **kwargs)
         _stats["replays"] += 1
-        if entry.single:
-            return _wrap(outs[0])
+        if entry.nargs == len(args) and not grad:
+            self._fast = entry
+            self._fast_generation = _generation[0] if self._roots else None
+        return _wrap(outs[0]) if entry.single else self._result(entry, outs)
+
+    @staticmethod
+    def _result(entry: _Entry, outs: tuple) -> tuple:
         if entry.nones is None:
             return tuple(map(_wrap, outs))
         tensors = iter(outs)
@@ -254,7 +274,8 @@ class CompiledFunction:
         return _Entry(plan, arg_index, sources, single, nones)
 
 
-_OWN_ATTRIBUTES = {"_fn", "_module", "_roots", "_fullgraph", "_cache", "_seen", "_mode", "_tensors", "last_reason"}
+_OWN_ATTRIBUTES = {"_fn", "_module", "_roots", "_fullgraph", "_cache", "_seen", "_mode", "_tensors", "_fast",
+                   "_fast_generation", "last_reason"}
 
 
 class CompiledModule(CompiledFunction):
