@@ -349,6 +349,8 @@ _OPS = {
                [_f(2, 3, 11), _f(4, 3, 3), _f(4)]),
     "batch_norm_eval_1d": (lambda lib: lambda x, m, v, w, b: lib.nn.functional.batch_norm(x, m, v, w, b, False),
                            [_f(5, 3, 4), _f(3), np.abs(_f(3)) + 0.5, _f(3), _f(3)]),
+    "rms_norm": (lambda lib: lambda x, w: (lib.nn.functional.rms_norm(x, (6,), w),
+                                           lib.nn.functional.rms_norm(x, (4, 6), eps=1e-3)), [_f(3, 4, 6), _f(6)]),
     "group_norm": (lambda lib: lambda x, w, b: lib.nn.functional.group_norm(x, 2, w, b), [_f(2, 4, 3, 3), _f(4), _f(4)]),
     "pools": (lambda lib: lambda x: (lib.nn.functional.max_pool2d(x, 3, 2, 1), lib.nn.functional.avg_pool2d(x, 2),
                                      lib.nn.functional.adaptive_avg_pool2d(x, (2, 3)),

@@ -1,25 +1,35 @@
 """turbo_torch.compile: capture a forward function's ops into a torchburn graph plan and replay it.
 
 What is captured: one call of the function runs eagerly while a thread-local recording flag is on;
-the op entry points used by PyTorch-style forward code (the nn leaf modules Linear, ReLU, GELU,
-SiLU, Sigmoid, Tanh, Flatten, Softmax, LogSoftmax, LayerNorm, Dropout/Identity; the functions
-turbo_torch.relu/... and nn.functional.linear/relu/gelu/softmax/log_softmax/layer_norm; the Tensor
-operators + - * / @ and view/reshape/flatten/relu/...) append a node to a torchburn Graph whose
-inputs are the call's tensor arguments and the module's parameters and buffers (inputs, not
+the op entry points used by PyTorch-style forward code (nn modules such as Linear, activations,
+LayerNorm, Dropout, MultiheadAttention; nn.functional linear/conv1d/conv2d/batch_norm (eval)/
+layer_norm/rms_norm/group_norm/embedding/pools/dropout/scaled_dot_product_attention; the op table's
+unary and binary ops, comparisons, where, matmul, reductions, views, indexing, cat/stack; see
+_lower_tensor.py, _lower_nn.py and docs/turbo_torch.md) append nodes to a torchburn Graph whose
+inputs are the call's tensor arguments and the modules' parameters and buffers (inputs, not
 constants, so optimizer updates are seen). The graph compiles through the plan cache (fusion,
 memory plan) into a Plan; later calls with the same signature run that plan in one C call.
 
 Capture is refused, and that signature then runs eagerly for good (counted in stats()), when:
 - any tensor reaching a recorded op or returned by the function was made by an op that was not
   recorded (an op the graph IR cannot express, a constant made inside the function, random ops);
+- a layer runs in training mode (batch norm statistics, dropout);
 - a tensor is converted to a Python value while recording (item, tolist, bool, float, int, index,
   numpy, printing, equal/allclose): data-dependent control flow must never be replayed;
 - a tensor known to the capture was modified in place;
-- the result is not a tensor or a tuple/list of tensors;
-- a module has forward or pre-forward hooks (a replay would not run them).
+- the result is not a tensor or a tuple of tensors (and Nones).
+A module with forward or pre-forward hooks runs eagerly (a replay would not run them).
 Signature = shapes, dtypes and requires_grad of the tensor arguments, the other arguments (by
-value), grad mode, and the module's training flag. A new signature captures again. When grad mode is
-on and an input or parameter requires grad the call runs eagerly (forward-only capture)."""
+value), grad mode, and every submodule's training flag. A new signature captures again. When grad
+mode is on and an input or parameter requires grad the call runs eagerly (forward-only capture).
+
+>>> import turbo_torch as torch
+>>> model = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU()).eval())
+>>> with torch.no_grad():
+...     y = model(torch.ones(3, 4)); y = model(torch.ones(3, 4))
+>>> torch.compiler.stats()["replays"] >= 1
+True
+"""
 from __future__ import annotations
 
 import weakref

@@ -1,5 +1,5 @@
 """Lowerings of nn ops for turbo_torch.compile: linear, conv1d/conv2d, batch norm (eval), layer norm,
-group norm, embedding, max/avg/adaptive pooling, dropout (eval), scaled_dot_product_attention, and the
+RMS norm, group norm, embedding, max/avg/adaptive pooling, dropout (eval), scaled_dot_product_attention, and the
 module forwards recorded as a whole (Linear, activations, Flatten, Softmax, LayerNorm, Dropout,
 Identity, MultiheadAttention). Each maps to the graph ops the torch.compile backend lowers to."""
 from __future__ import annotations
@@ -154,6 +154,17 @@ def layer_norm(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
     b = bind(args, kwargs, (("input", None), ("normalized_shape", None), ("weight", None), ("bias", None),
                             ("eps", 1e-5)), "layer_norm")
     layer_norm_nodes(r, out, b["input"], b["normalized_shape"], b["weight"], b["bias"], b["eps"])
+
+
+def rms_norm(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
+    b = bind(args, kwargs, (("input", None), ("normalized_shape", None), ("weight", None), ("eps", None)), "rms_norm")
+    x, weight, shape = b["input"], b["weight"], b["normalized_shape"]
+    _float32(x)
+    eps = b["eps"] if b["eps"] is not None else 1.1920928955078125e-07  # float32's epsilon, as eager uses
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    inputs = [r.value(x)] + ([r.value(weight)] if weight is not None else [])
+    r.node("rms_norm", inputs, {"normalized_ndim": len(shape), "has_weight": int(weight is not None), "has_bias": 0,
+                                "epilogue": 0, "eps": float(eps)}, out)
 
 
 def group_norm(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
@@ -359,7 +370,7 @@ def modules() -> list:
 def functions() -> list:
     F = _tt.nn.functional
     return [(F, "linear", linear), (F, "conv2d", conv2d), (F, "conv1d", conv1d), (F, "batch_norm", batch_norm),
-            (F, "layer_norm", layer_norm), (F, "group_norm", group_norm), (F, "embedding", embedding),
+            (F, "layer_norm", layer_norm), (F, "rms_norm", rms_norm), (F, "group_norm", group_norm), (F, "embedding", embedding),
             (F, "max_pool2d", max_pool2d), (F, "max_pool1d", max_pool1d), (F, "avg_pool2d", avg_pool2d),
             (F, "adaptive_avg_pool2d", adaptive_avg_pool2d), (F, "dropout", dropout),
             (F, "scaled_dot_product_attention", scaled_dot_product_attention)]
