@@ -312,7 +312,19 @@ def multihead_attention(r: Recorder, out: Any, args: tuple, kwargs: dict) -> Non
         dims = [second, 2, first, 3]  # -> [B, H, T, D]
         return r.add("permute", [heads], {"ndim": 4, "dims": dims})
 
-    q, k, v = project(query, 0), project(key, 1), project(value, 2)
+    if query is key and key is value:  # self-attention: one GEMM over the whole in_proj_weight
+        inputs = [r.view(r.value(query), [_numel(query.shape[:2]), e]),
+                  r.add("permute", [wv], {"ndim": 2, "dims": [1, 0]})] + ([bv] if bv is not None else [])
+        rows = r.add("matmul", inputs, {"has_bias": int(bv is not None)})
+        qkv = r.view(rows, list(query.shape[:2]) + [3, h, d])
+
+        def part(p: int) -> int:
+            one = r.add("slice", [qkv], {"dim": 2, "start": p, "end": p + 1, "step": 1})
+            heads = r.view(one, list(query.shape[:2]) + [h, d])
+            return r.add("permute", [heads], {"ndim": 4, "dims": [second, 2, first, 3]})
+        q, k, v = part(0), part(1), part(2)
+    else:
+        q, k, v = project(query, 0), project(key, 1), project(value, 2)
     # the output laid out as [T, B, H, D] (or [B, T, H, D]) in memory, so the out projection reads rows
     layout = [0, 2, 1, 3] if m.batch_first else [2, 0, 1, 3]
     attended = _attention_value(r, q, k, v, None, b["is_causal"], 1.0 / math.sqrt(d), False, layout)
