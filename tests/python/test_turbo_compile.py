@@ -419,11 +419,14 @@ def test_multihead_attention_forms():
 # ---- refusals keep answers right and say why -------------------------------------------------------
 
 
-def test_training_mode_layers_refuse_with_a_reason():
+def _compiled_cnn(train):
     ours, _ = _pair(_cnn)
-    ours.train()
-    compiled = tt.compile(ours)
-    x = tt.randn(4, 1, 12, 12)
+    ours.train(train)
+    return ours, tt.compile(ours), tt.randn(4, 1, 12, 12)
+
+
+def test_training_mode_layers_refuse_with_a_reason():
+    ours, compiled, x = _compiled_cnn(True)
     with tt.no_grad():
         compiled(x)
     assert "batch_norm in training mode" in compiled.last_reason
@@ -461,10 +464,7 @@ def test_uncapturable_forms_refuse_with_a_reason():
 
 
 def test_module_changes_after_capture_are_seen():
-    ours, _ = _pair(_cnn)
-    ours.eval()
-    compiled = tt.compile(ours)
-    x = tt.randn(2, 1, 12, 12)
+    ours, compiled, x = _compiled_cnn(False)
     with tt.no_grad():
         compiled(x)
         ours[10].weight = nn.Parameter(tt.randn(4, 8))  # a replaced parameter is read again

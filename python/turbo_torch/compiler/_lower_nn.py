@@ -88,12 +88,19 @@ _CONV_SPEC = (("input", None), ("weight", None), ("bias", None), ("stride", 1), 
               ("groups", 1))
 
 
-def conv2d(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
-    b = bind(args, kwargs, _CONV_SPEC, "conv2d")
+def _conv_args(args: tuple, kwargs: dict, spatial: int) -> tuple:
+    """The bound arguments, input and weight of F.conv1d (spatial 1) / F.conv2d (spatial 2)."""
+    what = f"conv{spatial}d"
+    b = bind(args, kwargs, _CONV_SPEC, what)
     x, weight = b["input"], b["weight"]
     _float32(x, weight, b["bias"])
-    if x.ndim not in (3, 4) or weight.ndim != 4:
-        raise Abort("conv2d: [N, C, H, W] or [C, H, W] input")
+    if x.ndim not in (spatial + 1, spatial + 2) or weight.ndim != spatial + 2:
+        raise Abort(f"{what}: batched or unbatched input with a {spatial + 2}-d weight")
+    return b, x, weight
+
+
+def conv2d(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
+    b, x, weight = _conv_args(args, kwargs, 2)
     stride, dilation = _pair(b["stride"]), _pair(b["dilation"])
     padding = _pair(_conv_padding(b["padding"], list(weight.shape[2:]), dilation, stride))
     xv = r.value(x) if x.ndim == 4 else r.view(r.value(x), [1] + list(x.shape))
@@ -105,11 +112,7 @@ def conv2d(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
 
 def conv1d(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
     """A convolution over [N, C, L] as conv2d over [N, C, 1, L]."""
-    b = bind(args, kwargs, _CONV_SPEC, "conv1d")
-    x, weight = b["input"], b["weight"]
-    _float32(x, weight, b["bias"])
-    if x.ndim not in (2, 3) or weight.ndim != 3:
-        raise Abort("conv1d: [N, C, L] or [C, L] input")
+    b, x, weight = _conv_args(args, kwargs, 1)
 
     def one(v: Any) -> int:
         return int(v) if isinstance(v, int) else int(v[0])
