@@ -121,18 +121,20 @@ def _arg_key(args: tuple, kwargs: dict) -> Optional[tuple]:
 
 def _closure_modules(fn: Callable) -> list:
     """The modules a compiled function reaches without taking them as arguments: a bound method's
-    module and the modules in the function's closure. Their parameters and buffers become graph
-    inputs like a compiled module's."""
-    found = []
-    owner = getattr(fn, "__self__", None)
-    if isinstance(owner, _tt.nn.Module):
-        found.append(owner)
+    module, the modules in the function's closure and the module-level globals its code names (as
+    they are when compiled). Their parameters and buffers become graph inputs like a compiled
+    module's."""
+    values = [getattr(fn, "__self__", None)]
     for cell in getattr(fn, "__closure__", None) or ():
         try:
-            value = cell.cell_contents
+            values.append(cell.cell_contents)
         except ValueError:  # an empty cell
-            continue
-        if isinstance(value, _tt.nn.Module) and value not in found:
+            pass
+    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    values += [names.get(name) for name in getattr(code, "co_names", ())]
+    found: list = []
+    for value in values:
+        if isinstance(value, _tt.nn.Module) and not any(value is f for f in found):
             found.append(value)
     return found
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import turbo_torch as _tt
 
 from . import _lower_tensor as T
-from ._recorder import UNARY, Abort, Recorder, bind, dtype_name
+from ._recorder import BINARY, UNARY, Abort, Recorder, bind, dtype_name
 
 
 def _numel(shape: Any) -> int:
@@ -253,11 +253,14 @@ def dropout(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
 
 def _attention_value(r: Recorder, q: int, k: int, v: int, mask: Any, causal: bool, scale: float, gqa: bool,
                      layout: Any = None) -> int:
+    """mask: None, a graph value, or a tensor known to the recorder."""
     params = {"causal": int(bool(causal)), "has_mask": int(mask is not None), "scale": float(scale),
               "enable_gqa": int(bool(gqa))}
     if layout:
         params["layout"] = layout
-    return r.add("attention", [q, k, v] + ([r.value(mask)] if mask is not None else []), params)
+    if isinstance(mask, _tt.Tensor):
+        mask = r.value(mask)
+    return r.add("attention", [q, k, v] + ([mask] if mask is not None else []), params)
 
 
 def scaled_dot_product_attention(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
@@ -282,16 +285,44 @@ _MHA_SPEC = (("self", None), ("query", None), ("key", None), ("value", None), ("
 
 
 def _mha_accept(*args: Any, **kwargs: Any) -> bool:
-    """MultiheadAttention becomes projections + one attention node when it runs without masks and
-    returns no weights; otherwise its ops are recorded one by one."""
+    """MultiheadAttention becomes projections + one attention node when it returns no weights (masks:
+    bool or float key_padding_mask [B, Tk], attn_mask [Tq, Tk] or [B * H, Tq, Tk]); otherwise its ops
+    are recorded one by one."""
     try:
         b = bind(args, kwargs, _MHA_SPEC, "MultiheadAttention")
     except Abort:
         return False
     m, q, k, v = b["self"], b["query"], b["key"], b["value"]
-    return (not b["need_weights"] and b["key_padding_mask"] is None and b["attn_mask"] is None
+    masks = [t for t in (b["key_padding_mask"], b["attn_mask"]) if t is not None]
+    return (not b["need_weights"] and all(isinstance(t, _tt.Tensor) and t.dtype in (_tt.bool, _tt.float32)
+                                          for t in masks)
+            and (b["key_padding_mask"] is None or b["key_padding_mask"].ndim == 2)
+            and (b["attn_mask"] is None or b["attn_mask"].ndim in (2, 3))
             and all(isinstance(t, _tt.Tensor) and t.ndim == 3 and t.dtype == _tt.float32 for t in (q, k, v))
             and not (m.dropout > 0 and m.training) and m.bias_k is None and not m.add_zero_attn)
+
+
+def _additive_mask(r: Recorder, mask: Any) -> int:
+    """MultiheadAttention's mask rule: a bool mask's True positions are left out (-inf), a float mask
+    is added to the scores."""
+    if mask.dtype != _tt.bool:
+        return r.value(mask)
+    return r.add("where", [r.value(mask), r.scalar(-math.inf, "float32"), r.scalar(0.0, "float32")],
+                 {"dtype": "float32"})
+
+
+def _mha_mask(r: Recorder, m: Any, attn_mask: Any, key_padding_mask: Any, batch: int, q_len: int,
+              kv_len: int) -> Any:
+    """The additive mask over the [B, H, Tq, Tk] scores (None without masks)."""
+    mask = None
+    if attn_mask is not None:
+        mask = _additive_mask(r, attn_mask)
+        if attn_mask.ndim == 3:  # [B * H, Tq, Tk]
+            mask = r.view(mask, [batch, m.num_heads, q_len, kv_len])
+    if key_padding_mask is not None:
+        padding = r.view(_additive_mask(r, key_padding_mask), [batch, 1, 1, kv_len])
+        mask = padding if mask is None else r.add("binary", [mask, padding], {"op": BINARY["add"], "dtype": "float32"})
+    return mask
 
 
 def multihead_attention(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
@@ -330,7 +361,10 @@ def multihead_attention(r: Recorder, out: Any, args: tuple, kwargs: dict) -> Non
         q, k, v = project(query, 0), project(key, 1), project(value, 2)
     # the output laid out as [T, B, H, D] (or [B, T, H, D]) in memory, so the out projection reads rows
     layout = [0, 2, 1, 3] if m.batch_first else [2, 0, 1, 3]
-    attended = _attention_value(r, q, k, v, None, b["is_causal"], 1.0 / math.sqrt(d), False, layout)
+    batch = query.shape[second]
+    mask = _mha_mask(r, m, b["attn_mask"], b["key_padding_mask"], batch, query.shape[first], key.shape[first])
+    causal = b["is_causal"] and b["attn_mask"] is None  # eager makes the causal mask only without attn_mask
+    attended = _attention_value(r, q, k, v, mask, causal, 1.0 / math.sqrt(d), False, layout)
     to_rows = [0, 2, 1, 3] if m.batch_first else [2, 0, 1, 3]  # [B, H, T, D] -> that memory order
     rows = r.view(r.add("permute", [attended], {"ndim": 4, "dims": to_rows}), [_numel(query.shape[:2]), e])
     outp = m.out_proj
