@@ -77,8 +77,8 @@ def _conv_padding(padding: Any, kernel: list, dilation: list, stride: list) -> l
     return padding
 
 
-def _conv_nodes(r: Recorder, out: Any, x: Any, xv: int, wv: int, bias: Any, stride: list, padding: list,
-                dilation: list, groups: int) -> int:
+def _conv_nodes(r: Recorder, xv: int, wv: int, bias: Any, stride: list, padding: list, dilation: list,
+                groups: int) -> int:
     inputs = [xv, wv] + ([r.value(bias)] if bias is not None else [])
     return r.add("conv2d", inputs, {"stride": stride, "padding": padding, "dilation": dilation, "groups": int(groups),
                                     "has_bias": int(bias is not None)})
@@ -104,7 +104,7 @@ def conv2d(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
     stride, dilation = _pair(b["stride"]), _pair(b["dilation"])
     padding = _pair(_conv_padding(b["padding"], list(weight.shape[2:]), dilation, stride))
     xv = r.value(x) if x.ndim == 4 else r.view(r.value(x), [1] + list(x.shape))
-    value = _conv_nodes(r, out, x, xv, r.value(weight), b["bias"], stride, padding, dilation, b["groups"])
+    value = _conv_nodes(r, xv, r.value(weight), b["bias"], stride, padding, dilation, b["groups"])
     if x.ndim == 3:
         value = r.view(value, list(out.shape))
     r.result(out, value, "conv2d")
@@ -123,7 +123,7 @@ def conv1d(r: Recorder, out: Any, args: tuple, kwargs: dict) -> None:
     batch = [x.shape[0]] if x.ndim == 3 else [1]
     xv = r.view(r.value(x), batch + [x.shape[-2], 1, x.shape[-1]])
     wv = r.view(r.value(weight), [weight.shape[0], weight.shape[1], 1, weight.shape[2]])
-    value = _conv_nodes(r, out, x, xv, wv, b["bias"], stride, padding, dilation, b["groups"])
+    value = _conv_nodes(r, xv, wv, b["bias"], stride, padding, dilation, b["groups"])
     r.result(out, r.view(value, list(out.shape)), "conv1d")
 
 
