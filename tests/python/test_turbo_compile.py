@@ -486,3 +486,26 @@ def test_module_changes_after_capture_are_seen():
         before = tt.compiler.stats()["replays"]
         compiled(x)
         assert seen == [1] and tt.compiler.stats()["replays"] == before + 1
+
+
+def test_fast_path_falls_through_to_the_signature():
+    """The replay fast path tries the last plan first; any mismatch (shape, strides, a Python number
+    argument, grad mode) must take the full signature and give the eager answer."""
+    def f(x, scale=1.0):
+        return tt.relu(x @ x.t()) * scale
+
+    compiled = tt.compile(f)
+    tt.compiler.reset()
+    a, b = tt.randn(3, 4), tt.randn(5, 4)
+    wide = tt.randn(4, 3).t()  # non-contiguous [3, 4]
+    with tt.no_grad():
+        for x, args in [(a, ()), (a, ()), (b, ()), (b, ()), (a, ()), (wide, ()), (wide, ()), (a, (2.0,)),
+                        (a, (3.0,)), (a, ())]:
+            np.testing.assert_allclose(_np(compiled(x, *args)), _np(f(x, *args)), rtol=1e-6)
+    stats = tt.compiler.stats()
+    assert stats["captures"] == 5 and stats["capture_failures"] == 0  # a, b, wide, scale 2, scale 3
+    assert stats["replays"] == 5
+    x = tt.randn(3, 4, requires_grad=True)
+    y = compiled(x)  # grad mode with an input that requires grad: eager, with a gradient
+    y.sum().backward()
+    assert x.grad is not None and tt.compiler.stats()["eager_calls"] == stats["eager_calls"] + 1
