@@ -233,3 +233,279 @@ def test_bad_arguments():
         tt.compile(3)
     with pytest.raises(ValueError, match="unknown backend"):
         tt.compile(lambda x: x, backend="nope")
+
+
+# ---- whole models: the CNN, the Transformer encoder classifier, embedding + LayerNorm --------------
+
+
+def _cnn(lib):  # tests/programs/cnn_batchnorm.py's model
+    nn = lib.nn
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Dropout(0.3), nn.Linear(8, 4))
+
+
+def _encoder(lib, batch_first=True, norm_first=False, activation="relu"):
+    nn = lib.nn
+
+    class Classifier(nn.Module):  # tests/programs/transformer_classifier.py's model
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(50, 32)
+            layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=batch_first, norm_first=norm_first,
+                                               activation=activation)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(32, 3)
+
+        def forward(self, x):
+            h = self.encoder(self.embed(x) if batch_first else self.embed(x).transpose(0, 1))
+            return self.head(h.mean(1 if batch_first else 0))
+    return Classifier()
+
+
+def _embed_norm(lib):
+    nn = lib.nn
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(20, 16, padding_idx=0)
+            self.norm = nn.LayerNorm(16)
+            self.out = nn.Linear(16, 5)
+
+        def forward(self, tokens):
+            return lib.log_softmax(self.out(self.norm(self.embed(tokens))), dim=-1)
+    return Tagger()
+
+
+def _plan_kernels(compiled):
+    return " ".join(e.plan.describe() for e in compiled._cache.values() if e)
+
+
+def test_cnn_with_batchnorm_eval_compiles_whole():
+    ours, ref = _pair(_cnn)
+    ours.eval(), ref.eval()
+    rng = np.random.default_rng(6)
+    tt.compiler.reset()
+    compiled = _check(ours, ref, [rng.standard_normal((n, 1, 12, 12)).astype(np.float32) for n in (4, 1)])
+    assert compiled.last_reason is None and tt.compiler.stats()["capture_failures"] == 0
+    assert "conv" in _plan_kernels(compiled)
+
+
+@pytest.mark.parametrize("batch_first,norm_first,activation", [(True, False, "relu"), (False, True, "gelu")])
+def test_transformer_encoder_classifier_eval_compiles_whole(batch_first, norm_first, activation):
+    ours, ref = _pair(lambda lib: _encoder(lib, batch_first, norm_first, activation))
+    ours.eval(), ref.eval()
+    rng = np.random.default_rng(7)
+    tt.compiler.reset()
+    compiled = _check(ours, ref, [rng.integers(0, 50, (4, 12)).astype(np.int64)])
+    assert compiled.last_reason is None and tt.compiler.stats()["capture_failures"] == 0
+    assert "attention" in _plan_kernels(compiled)  # MultiheadAttention became one attention node
+
+
+def test_embedding_layernorm_model_compiles_whole():
+    ours, ref = _pair(_embed_norm)
+    ours.eval(), ref.eval()
+    rng = np.random.default_rng(8)
+    compiled = _check(ours, ref, [rng.integers(0, 20, (3, 7)).astype(np.int64)])
+    assert compiled.last_reason is None
+
+
+# ---- single ops: compiled == eager turbo_torch == torch, and the call replayed a plan -------------
+
+
+def _check_fn(make, arrays):
+    """make(lib) -> a function of tensors; compiled turbo_torch against eager turbo_torch and torch."""
+    fn, fn_torch = make(tt), make(torch)
+    compiled = tt.compile(fn)
+    ours = [tt.from_numpy(a.copy()) for a in arrays]
+    with tt.no_grad():
+        compiled(*ours)
+        before = tt.compiler.stats()["replays"]
+        got = compiled(*ours)
+        assert tt.compiler.stats()["replays"] == before + 1, compiled.last_reason
+        eager = fn(*ours)
+    with torch.no_grad():
+        want = fn_torch(*[torch.from_numpy(a.copy()) for a in arrays])
+    got, eager, want = ((v if isinstance(v, tuple) else (v,)) for v in (got, eager, want))
+    for g, e, w in zip(got, eager, want):
+        np.testing.assert_allclose(_np(g), _np(e), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(_np(g), w.numpy(), rtol=1e-4, atol=1e-5)
+
+
+_rng = np.random.default_rng(9)
+
+
+def _f(*shape):
+    return _rng.standard_normal(shape).astype(np.float32)
+
+
+_OPS = {
+    "conv2d_stride_groups_dilation": (lambda lib: lambda x, w, b: lib.nn.functional.conv2d(
+        x, w, b, stride=2, padding=2, dilation=2, groups=2), [_f(2, 4, 9, 9), _f(6, 2, 3, 3), _f(6)]),
+    "conv2d_same_unbatched": (lambda lib: lambda x, w: lib.nn.functional.conv2d(x, w, padding="same"),
+                              [_f(3, 7, 7), _f(5, 3, 3, 3)]),
+    "conv1d": (lambda lib: lambda x, w, b: lib.relu(lib.nn.functional.conv1d(x, w, b, stride=2, padding=1)),
+               [_f(2, 3, 11), _f(4, 3, 3), _f(4)]),
+    "batch_norm_eval_1d": (lambda lib: lambda x, m, v, w, b: lib.nn.functional.batch_norm(x, m, v, w, b, False),
+                           [_f(5, 3, 4), _f(3), np.abs(_f(3)) + 0.5, _f(3), _f(3)]),
+    "rms_norm": (lambda lib: lambda x, w: (lib.nn.functional.rms_norm(x, (6,), w),
+                                           lib.nn.functional.rms_norm(x, (4, 6), eps=1e-3)), [_f(3, 4, 6), _f(6)]),
+    "group_norm": (lambda lib: lambda x, w, b: lib.nn.functional.group_norm(x, 2, w, b), [_f(2, 4, 3, 3), _f(4), _f(4)]),
+    "pools": (lambda lib: lambda x: (lib.nn.functional.max_pool2d(x, 3, 2, 1), lib.nn.functional.avg_pool2d(x, 2),
+                                     lib.nn.functional.adaptive_avg_pool2d(x, (2, 3)),
+                                     lib.nn.functional.max_pool1d(x.flatten(2), 4)), [_f(2, 3, 8, 8)]),
+    "max_pool_indices": (lambda lib: lambda x: lib.nn.functional.max_pool2d(x, 2, return_indices=True),
+                         [_f(1, 2, 6, 6)]),
+    "sdpa_causal_and_mask": (lambda lib: lambda q, k, v, m: (
+        lib.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+        lib.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)),
+        [_f(2, 3, 5, 8), _f(2, 3, 5, 8), _f(2, 3, 5, 8), _f(5, 5)]),
+    "activations": (lambda lib: lambda x: (lib.nn.functional.leaky_relu(x, 0.2), lib.nn.functional.elu(x),
+                                           lib.nn.functional.hardtanh(x, -0.5, 0.5), lib.nn.functional.softplus(x, 2.0),
+                                           lib.nn.functional.relu6(x * 4), lib.nn.functional.silu(x),
+                                           lib.nn.functional.gelu(x, approximate="tanh"), lib.tanh(x).exp()),
+                    [_f(4, 6)]),
+    "views": (lambda lib: lambda x: (x.transpose(0, 2).reshape(5, -1), x.permute(2, 0, 1).contiguous(),
+                                     x.unsqueeze(1).squeeze(1) * 2, x[:, 1:3, ::2] + 1, x[0, ..., None] - 1,
+                                     x.mT @ x, lib.cat([x, x * 2], dim=1), lib.stack([x, -x], 1),
+                                     x.flatten(1).t() + 0, x.narrow(2, 1, 3) * 1, x.select(1, 2) * 1,
+                                     x[:1].expand(3, 4, 5) + 0),
+              [_f(3, 4, 5)]),
+    "split_and_chunk": (lambda lib: lambda x: tuple(p * 1 for p in (*x.chunk(3, 1), *lib.split(x, [1, 4], 1),
+                                                                    *x.unbind(0))), [_f(2, 5)]),
+    "reductions": (lambda lib: lambda x: (x.sum(), x.mean(1), x.sum((0, 2), keepdim=True), x.amax(-1),
+                                          lib.logsumexp(x, 1), lib.softmax(x, dim=0)), [_f(3, 4, 5)]),
+    "where_compare_masked_fill": (lambda lib: lambda x, y: (lib.where(x > y, x, y), (x >= 0.5) & (y < 0.0),
+                                                            x.masked_fill(y > 0, -1.0), lib.maximum(x, y),
+                                                            lib.where(x < 0, 0.0, x), x ** 2, 1 - x),
+                                  [_f(4, 5), _f(4, 5)]),
+    "batched_matmul_linear_3d": (lambda lib: lambda a, b, w: (lib.bmm(a, b), lib.nn.functional.linear(a, w)),
+                                 [_f(2, 3, 4), _f(2, 4, 5), _f(6, 4)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OPS))
+def test_captured_op_matches_eager_and_torch(name):
+    make, arrays = _OPS[name]
+    _check_fn(make, arrays)
+
+
+def test_multihead_attention_forms():
+    """need_weights=True (the default): recorded op by op; without weights (self- and cross-attention,
+    bool key_padding_mask + float [B * H, Tq, Tk] attn_mask; a function calling the module from its
+    closure): one attention node."""
+    torch.manual_seed(1)
+    ref = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    ours = tt.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    ours.load_state_dict({k: tt.from_numpy(v.detach().numpy().copy()) for k, v in ref.state_dict().items()})
+    q, kv = _f(2, 5, 16), _f(2, 7, 16)
+    padding = np.array([[False] * 6 + [True], [False] * 7])
+    scores_mask = _f(2 * 4, 5, 7)
+    for args, kwargs in [((q, q, q), {}), ((q, kv, kv), {"need_weights": False}),
+                         ((q, q, q), {"is_causal": False, "need_weights": False}),
+                         ((q, kv, kv, padding, scores_mask), {"need_weights": False})]:
+        def call(module, query, key, value, *masks, kwargs=kwargs):
+            return module(query, key, value, *masks[:1], attn_mask=masks[1] if masks else None, **kwargs)
+        compiled = tt.compile(lambda *a: call(ours, *a))  # ours: a module in the closure
+        with tt.no_grad():
+            compiled(*(tt.from_numpy(a.copy()) for a in args))
+            before = tt.compiler.stats()["replays"]
+            got = compiled(*(tt.from_numpy(a.copy()) for a in args))
+        assert tt.compiler.stats()["replays"] == before + 1, compiled.last_reason
+        with torch.no_grad():
+            want = call(ref, *(torch.from_numpy(a.copy()) for a in args))
+        np.testing.assert_allclose(_np(got[0]), want[0].numpy(), rtol=1e-4, atol=1e-5)
+        if kwargs.get("need_weights", True):
+            np.testing.assert_allclose(_np(got[1]), want[1].numpy(), rtol=1e-4, atol=1e-5)
+        else:
+            assert got[1] is None and "attention" in _plan_kernels(compiled)
+
+
+# ---- refusals keep answers right and say why -------------------------------------------------------
+
+
+def _compiled_cnn(train):
+    ours, _ = _pair(_cnn)
+    ours.train(train)
+    return ours, tt.compile(ours), tt.randn(4, 1, 12, 12)
+
+
+def test_training_mode_layers_refuse_with_a_reason():
+    ours, compiled, x = _compiled_cnn(True)
+    with tt.no_grad():
+        compiled(x)
+    assert "batch_norm in training mode" in compiled.last_reason
+    ours.eval()
+    ours[9].train()  # only the dropout in training mode: a submodule's flag is part of the signature
+    with tt.no_grad():
+        compiled(x)
+    assert "dropout in training mode" in compiled.last_reason
+    ours[9].eval()
+    with tt.no_grad():
+        compiled(x)
+        before = tt.compiler.stats()["replays"]
+        got = compiled(x)
+        want = ours(x)
+    assert tt.compiler.stats()["replays"] == before + 1 and compiled.last_reason is None
+    np.testing.assert_allclose(_np(got), _np(want), rtol=1e-5, atol=1e-6)
+
+
+def test_uncapturable_forms_refuse_with_a_reason():
+    conv = tt.nn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect").eval()
+    x = tt.randn(2, 3, 8)
+    cases = [(lambda a: tt.nn.functional.pad(a, (1, 1)), x, "not captured"),
+             (conv, tt.randn(1, 2, 5, 5), "not captured"), (lambda a: a[tt.tensor([0, 1])] * 2, x, "advanced indexing"),
+             (lambda a: tt.nn.functional.dropout(a, 0.5), x, "dropout in training mode")]
+    for fn, arg, reason in cases:
+        compiled = tt.compile(fn)
+        with tt.no_grad():
+            for _ in range(2):
+                if "dropout" not in reason:
+                    np.testing.assert_allclose(_np(compiled(arg)), _np(fn(arg)), rtol=1e-6)
+                else:
+                    assert compiled(arg).shape == arg.shape
+        assert reason in compiled.last_reason, compiled.last_reason
+
+
+def test_module_changes_after_capture_are_seen():
+    ours, compiled, x = _compiled_cnn(False)
+    with tt.no_grad():
+        compiled(x)
+        ours[10].weight = nn.Parameter(tt.randn(4, 8))  # a replaced parameter is read again
+        ours[10].bias = nn.Parameter(tt.randn(4))
+        before = tt.compiler.stats()["replays"]
+        got = compiled(x)
+        assert tt.compiler.stats()["replays"] == before + 1
+        np.testing.assert_allclose(_np(got), _np(ours(x)), rtol=1e-5, atol=1e-6)
+        seen = []
+        handle = ours[2].register_forward_hook(lambda m, i, o: seen.append(1))  # a hook added later runs
+        compiled(x)
+        assert seen == [1]
+        handle.remove()
+        before = tt.compiler.stats()["replays"]
+        compiled(x)
+        assert seen == [1] and tt.compiler.stats()["replays"] == before + 1
+
+
+def test_fast_path_falls_through_to_the_signature():
+    """The replay fast path tries the last plan first; any mismatch (shape, strides, a Python number
+    argument, grad mode) must take the full signature and give the eager answer."""
+    def f(x, scale=1.0):
+        return tt.relu(x @ x.t()) * scale
+
+    compiled = tt.compile(f)
+    tt.compiler.reset()
+    a, b = tt.randn(3, 4), tt.randn(5, 4)
+    wide = tt.randn(4, 3).t()  # non-contiguous [3, 4]
+    with tt.no_grad():
+        for x, args in [(a, ()), (a, ()), (b, ()), (b, ()), (a, ()), (wide, ()), (wide, ()), (a, (2.0,)),
+                        (a, (3.0,)), (a, ())]:
+            np.testing.assert_allclose(_np(compiled(x, *args)), _np(f(x, *args)), rtol=1e-6)
+    stats = tt.compiler.stats()
+    assert stats["captures"] == 5 and stats["capture_failures"] == 0  # a, b, wide, scale 2, scale 3
+    assert stats["replays"] == 5
+    x = tt.randn(3, 4, requires_grad=True)
+    y = compiled(x)  # grad mode with an input that requires grad: eager, with a gradient
+    y.sum().backward()
+    assert x.grad is not None and tt.compiler.stats()["eager_calls"] == stats["eager_calls"] + 1

@@ -200,22 +200,54 @@ def _program_steps_per_s(path: Any, backend: str, threads: int, steps: int) -> f
     return (steps - 10) / max(long - short, 1e-9)
 
 
-def _compile_row(tt: Any, seconds: float, small: bool = False) -> tuple:
+def _fmt(s: float) -> str:
+    return f"{s * 1e6:.2f} µs" if s < 1e-3 else f"{s * 1e3:.3f} ms"
+
+
+def _compile_models(tt: Any) -> List[tuple]:
+    """(label, model in eval mode, input, target) for the compile rows: the MLP of the quickstart, the
+    per-op-overhead bound small MLP, and the CNN and Transformer encoder classifier of tests/programs/."""
     nn = tt.nn
-    if small:  # per-op overhead bound: 4 Linear(64, 64) + GELU at batch 1
-        model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.GELU())]).eval()
-        x = tt.randn(1, 64)
-    else:
-        model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10)).eval()
-        x = tt.randn(64, 1, 28, 28)
+
+    class Classifier(nn.Module):  # tests/programs/transformer_classifier.py
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 32)
+            layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(32, 3)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.encoder(self.embed(x)).mean(1))
+
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                        nn.Linear(512, 10))
+    small = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.GELU())])
+    cnn = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                        nn.Flatten(), nn.Dropout(0.3), nn.Linear(8, 4))
+    tokens = tt.from_numpy(__import__("numpy").random.default_rng(2).integers(0, 50, (16, 12)))
+    return [("MLP forward (batch 64)", mlp.eval(), tt.randn(64, 1, 28, 28), ">= 1.5x"),
+            ("4 x (Linear(64,64) + GELU), batch 1", small.eval(), tt.randn(1, 64), "-"),
+            ("CNN + BatchNorm eval (batch 32, 12x12)", cnn.eval(), tt.randn(32, 1, 12, 12), "-"),
+            ("2-layer Transformer encoder classifier eval (16 x 12 tokens)", Classifier().eval(), tokens, "-")]
+
+
+def _compile_row(tt: Any, model: Any, x: Any, seconds: float) -> tuple:
+    """(eager s, compiled s) per no_grad forward call, interleaved (3 rounds, medians) so that load from
+    other processes hits both alike. Raises when the model was not captured whole."""
     compiled = tt.compile(model)
     with tt.no_grad():
-        eager = _per_call(lambda: model(x), seconds)
-        fast = _per_call(lambda: compiled(x), seconds)
-    if compiled.last_reason is not None or tt.compiler.stats()["replays"] == 0:
-        raise RuntimeError(f"the compiled MLP did not replay: {compiled.last_reason}")
-    return eager, fast
+        compiled(x)
+        before = tt.compiler.stats()["replays"]
+        compiled(x)
+        if compiled.last_reason is not None or tt.compiler.stats()["replays"] != before + 1:
+            raise RuntimeError(f"the compiled model did not replay: {compiled.last_reason}")
+        eager, fast = [], []
+        for _ in range(3):
+            eager.append(_per_call(lambda: model(x), seconds / 3))
+            fast.append(_per_call(lambda: compiled(x), seconds / 3))
+    return statistics.median(eager), statistics.median(fast)
 
 
 def training(seconds: float, runs: int, only: Optional[List[str]], steps: int) -> int:
@@ -255,13 +287,10 @@ def training(seconds: float, runs: int, only: Optional[List[str]], steps: int) -
             goal = ">= 4x" if case["name"].startswith("Linear") else "-"
             print(f"| {case['name']} | 1 | {ours * 1e6:.2f} µs | {theirs * 1e6:.2f} µs | {theirs / ours:.2f}x "
                   f"| {goal} |", flush=True)
-    eager, fast = _compile_row(tt, seconds)
-    print(f"| turbo_torch.compile MLP forward (batch 64, no_grad) vs eager turbo_torch | 1 | {fast * 1e6:.1f} µs | "
-          f"{eager * 1e6:.1f} µs (eager turbo) | {eager / fast:.2f}x | >= 1.5x |")
-    eager, fast = _compile_row(tt, seconds, small=True)
-    print(f"| turbo_torch.compile 4 x (Linear(64,64) + GELU), batch 1, vs eager turbo_torch | 1 | "
-          f"{fast * 1e6:.2f} µs | "
-          f"{eager * 1e6:.2f} µs (eager turbo) | {eager / fast:.2f}x | - |")
+    for label, model, x, goal in _compile_models(tt):
+        eager, fast = _compile_row(tt, model, x, seconds)
+        print(f"| turbo_torch.compile {label}, no_grad, vs eager turbo_torch | 1 | {_fmt(fast)} | "
+              f"{_fmt(eager)} (eager turbo) | {eager / fast:.2f}x | {goal} |", flush=True)
     print()
     print("ratio: torch's time / turbo_torch's (programs: turbo steps/s / torch steps/s); above 1: turbo_torch faster")
     return 0

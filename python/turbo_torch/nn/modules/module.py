@@ -61,6 +61,11 @@ def _addindent(text: str, spaces: int) -> str:
     return first + "\n" + "\n".join(" " * spaces + line for line in lines)
 
 
+# Bumped by every change of any module's parameters, buffers, submodules, hooks, training flag or
+# other attributes: turbo_torch.compile re-reads what it caches about a module only when this moved.
+generation = [0]
+
+
 class _Members(OrderedDict):
     """A Module's _parameters / _buffers / _modules table that mirrors every entry into the owner's
     __dict__, so `self.weight` in forward is a plain attribute hit instead of a __getattr__ call. All
@@ -75,20 +80,24 @@ class _Members(OrderedDict):
     def __setitem__(self, key: str, value: Any) -> None:
         OrderedDict.__setitem__(self, key, value)
         self._owner.__dict__[key] = value
+        generation[0] += 1
 
     def __delitem__(self, key: str) -> None:
         OrderedDict.__delitem__(self, key)
         self._owner.__dict__.pop(key, None)
+        generation[0] += 1
 
     def pop(self, key: str, *default: Any) -> Any:
         if key in self:
             self._owner.__dict__.pop(key, None)
+            generation[0] += 1
         return OrderedDict.pop(self, key, *default)
 
     def clear(self) -> None:
         for key in list(self):
             self._owner.__dict__.pop(key, None)
         OrderedDict.clear(self)
+        generation[0] += 1
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         for key, value in OrderedDict(*args, **kwargs).items():
@@ -102,6 +111,7 @@ class _Members(OrderedDict):
     def popitem(self, last: bool = True) -> Any:
         key, value = OrderedDict.popitem(self, last)
         self._owner.__dict__.pop(key, None)
+        generation[0] += 1
         return key, value
 
     def __reduce__(self) -> Any:
@@ -145,6 +155,7 @@ class Module:
         return output
 
     def _add_hook(self, table: OrderedDict, hook: Callable) -> "_RemovableHandle":
+        generation[0] += 1
         hook_id = self._hook_id
         object.__setattr__(self, "_hook_id", hook_id + 1)
         table[hook_id] = hook
@@ -260,6 +271,7 @@ class Module:
             buffers[name] = value
             return
         object.__setattr__(self, name, value)
+        generation[0] += 1
 
     def __getattr__(self, name: str) -> Any:  # members are mirrored in __dict__; this is the slow path
         d = self.__dict__
@@ -437,6 +449,7 @@ class Module:
             raise ValueError("training mode is expected to be boolean")
         for module in self.modules():
             object.__setattr__(module, "training", mode)
+        generation[0] += 1
         return self
 
     def eval(self) -> "Module":
@@ -545,6 +558,7 @@ class _RemovableHandle:
 
     def remove(self) -> None:
         self._table.pop(self.id, None)
+        generation[0] += 1
 
     def __enter__(self) -> "_RemovableHandle":
         return self
