@@ -387,23 +387,25 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     all_tensors = all(isinstance(lowering.meta(p), torch.Tensor) for p in placeholders)
     passes = [_EngineSupport(), _Support()] if _gpu_engine() else [_Support()]
-    inserted: set = set()  # the region calls and their getitems
+    # bookkeeping by node name: legalize_graph between passes copies the nodes (names are kept)
+    inserted: set = set()  # names of the region calls and their getitems
     whole_plan = None
-    for support in passes:
+    for index, support in enumerate(passes):
         whole_plan = _build_pass(gm, support, record, region_of, all_tensors, placeholders, inserted) or whole_plan
-        legalize_graph(gm)  # the region calls went in before the output: order them for the next pass
-    support = passes[-1]
+        if index + 1 < len(passes):
+            legalize_graph(gm)  # the region calls went in before the output: order them for the next pass
+    reasons = {n.name: r for support in passes for n, r in support.reasons.items()}
+    last_reasons = {n.name: r for n, r in passes[-1].reasons.items()}
     for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem or node in inserted:
+        if node.op != "call_function" or node.target is operator.getitem or node.name in inserted:
             continue
         if not _makes_tensors(lowering.meta(node)):
             continue  # Python scalar arithmetic (sizes): nothing to compute natively
-        if node in support.reasons:
-            reason = support.reasons[node]
+        if node.name in last_reasons:
+            reason = last_reasons[node.name]
             record.fallback_ops[reason] = record.fallback_ops.get(reason, 0) + 1
             warn_once(("op", reason), f"torchburn: {reason} runs in PyTorch (not supported natively)")
-    record.nodes = [(name, label, inputs, region_of.get(n), passes[-1].reasons.get(n) or passes[0].reasons.get(n))
-                    for n, name, label, inputs in computes]
+    record.nodes = [(name, label, inputs, region_of.get(name), reasons.get(name)) for _, name, label, inputs in computes]
     legalize_graph(gm)
     gm.graph.lint()
     gm.recompile()
@@ -452,7 +454,7 @@ def _build_pass(gm: torch.fx.GraphModule, support: _Support, record: GraphRecord
         record.regions.append(node_names)
         record.fusions.append(region.description)
         for node in part:
-            region_of[node] = len(record.runners)
+            region_of[node.name] = len(record.runners)
         record.region_ops.append(ops)
         record.runners.append(region)
         region.record, region.record_index = record, len(record.runners) - 1
@@ -462,16 +464,16 @@ def _build_pass(gm: torch.fx.GraphModule, support: _Support, record: GraphRecord
         with gm.graph.inserting_before(out_node):
             call = gm.graph.call_function(target, tuple(inputs))
             call.meta["val"] = tuple(lowering.meta(o) for o in outputs)
-            inserted.add(call)
+            inserted.add(call.name)
             for i, out in enumerate(outputs):
                 item = gm.graph.call_function(operator.getitem, (call, i))
                 item.meta = dict(out.meta)
-                inserted.add(item)
+                inserted.add(item.name)
                 strides = _layout_strides(lowering.meta(out))
                 if strides is not None:
                     item = gm.graph.call_function(_restride, (item, strides))
                     item.meta = dict(out.meta)
-                inserted.add(item)
+                inserted.add(item.name)
                 out.replace_all_uses_with(item, delete_user_cb=lambda user: user not in part)
         for node in reversed([n for n in gm.graph.nodes if n in part]):
             gm.graph.erase_node(node)
