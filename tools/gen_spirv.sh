@@ -16,10 +16,16 @@ command -v glslangValidator >/dev/null || { echo "gen_spirv: glslangValidator no
 version=$(glslangValidator --version | sed -n 's/^Glslang Version: //p')
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Every shader for Vulkan 1.0; those using reduce.glsl also as <name>_subgroup (Vulkan 1.1, -DTB_SUBGROUP:
+# subgroup reductions), which the engine takes where the device reports subgroup arithmetic and vote.
 for source in "$shaders"/*.comp; do
   name=$(basename "$source" .comp)
   glslangValidator -V --target-env vulkan1.0 -I"$shaders" -o "$tmp/$name.spv" "$source" >"$tmp/$name.log" ||
     { cat "$tmp/$name.log" >&2; exit 1; }
+  if grep -q '#include "reduce.glsl"' "$source"; then
+    glslangValidator -V --target-env vulkan1.1 -DTB_SUBGROUP -I"$shaders" -o "$tmp/${name}_subgroup.spv" "$source" \
+      >"$tmp/${name}_subgroup.log" || { cat "$tmp/${name}_subgroup.log" >&2; exit 1; }
+  fi
 done
 python3 - "$tmp" "$version" >"$tmp/spirv_shaders.c" <<'PY'
 import pathlib, struct, sys

@@ -67,6 +67,10 @@ typedef struct tb_engine_op {
         int64_t tokens, pos0, capacity;  /* T rows at positions pos0 + t; cache positions per kv head */
         int64_t window, stride;          /* sliding window (0: full); floats per qkv row */
     } llm;
+    /* matmul, qmatmul: the output may be a column block of a wider matrix: row r, column j of the
+     * product goes to y[r * y_stride + y_col0 + j] (y_stride 0 means n, then y_col0 must be 0). A weight
+     * split by rows across buffers (larger than maxStorageBufferRange) runs as one op per part. */
+    int64_t y_stride, y_col0;
     tb_engine_buffer *a, *b, *c; /* inputs; NULL when absent (b: weight / matmul B, c: bias) */
     tb_engine_buffer *d;         /* fourth input of the LLM ops (scales, norm weights); NULL otherwise */
     tb_engine_buffer *y;         /* output; may equal a for unary, binary and row ops (in place) */
@@ -88,8 +92,12 @@ typedef struct tb_engine_device_info {
     uint32_t max_workgroup_invocations;
     uint32_t max_shared_memory_bytes;
     uint32_t subgroup_size;
+    bool subgroup_reductions; /* vulkan: the reductions use subgroup operations (else shared memory) */
     int device_index, device_count;
+    bool staging;           /* vulkan: buffers in device-local memory, copied through a staging buffer */
     uint64_t submits, dispatches; /* counters since the engine started (batching is visible here) */
+    uint64_t transfers;     /* staging copies submitted (uploads and downloads; 0 without staging) */
+    uint64_t upload_bytes, download_bytes; /* host <-> engine buffer copies, staged or not */
 } tb_engine_device_info;
 
 typedef struct tb_engine {
@@ -151,6 +159,8 @@ TB_API tb_status tb_engine_program_build(const tb_engine *engine, const struct t
  * outputs[j] (contiguous). Thread-safe. */
 TB_API tb_status tb_engine_program_run(const tb_engine_program *program, void *const *inputs, void *const *outputs);
 TB_API int tb_engine_program_num_ops(const tb_engine_program *program);
+/* Bytes one run copies: inputs to the engine, outputs back (the cost of leaving native_cpu). */
+TB_API void tb_engine_program_copy_bytes(const tb_engine_program *program, size_t *to_engine, size_t *from_engine);
 TB_API void tb_engine_program_free(tb_engine_program *program);
 
 /* The engines themselves (also reachable through the registry). */

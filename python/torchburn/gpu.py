@@ -67,7 +67,11 @@ def gpu_info() -> dict[str, Any]:
     ``driver`` (name and info), ``api_version``, ``vendor_id``, ``device_id``, ``device_index``,
     ``device_count``, ``limits`` (``max_storage_buffer_range``, ``max_workgroup_count``,
     ``max_workgroup_invocations``, ``max_shared_memory_bytes``, ``subgroup_size``), ``submits`` and
-    ``dispatches`` (counters of the engine's command submissions and kernel launches).
+    ``dispatches`` (counters of the engine's command submissions and kernel launches), ``staging``
+    (buffers live in device-local memory and copies go through a staging buffer: discrete GPUs, or
+    ``TORCHBURN_VULKAN_FORCE_STAGING=1``), ``transfers`` (staging copy submissions), ``upload_bytes``
+    and ``download_bytes`` (host <-> device copies), ``subgroup_reductions`` (reductions use subgroup
+    operations; ``TORCHBURN_VULKAN_NO_SUBGROUP=1`` forces the shared-memory ones).
     """
     raw = _C.engine_info("vulkan")
     available = bool(raw["available"])
@@ -89,6 +93,11 @@ def gpu_info() -> dict[str, Any]:
         "limits": dict(raw["limits"]),
         "submits": raw["submits"],
         "dispatches": raw["dispatches"],
+        "staging": bool(raw["staging"]),
+        "transfers": raw["transfers"],
+        "upload_bytes": raw["upload_bytes"],
+        "download_bytes": raw["download_bytes"],
+        "subgroup_reductions": bool(raw["subgroup_reductions"]),
     }
 
 
@@ -117,7 +126,8 @@ def engine_run(engine: str, ops: Sequence[dict[str, Any]], arrays: Sequence[Any]
     dict with ``kind`` (``unary``, ``binary``, ``matmul``, ``softmax``, ``rms_norm``, ``layer_norm``),
     ``op`` (the unary/binary name, e.g. ``"gelu"``, ``"add"``), operand indices ``a``, ``b``, ``c``,
     ``y`` into ``arrays`` and the sizes of ``torchburn/engine.h`` (``n``, ``b_len``, ``m``, ``k``,
-    ``rows``, ``len``, ``trans_b``, ``log``, ``eps``, ``alpha``, ``lo``, ``hi``).
+    ``rows``, ``len``, ``trans_b``, ``log``, ``eps``, ``alpha``, ``lo``, ``hi``; a matmul may write a
+    column block of a wider output with ``y_stride`` and ``y_col0``).
 
     Example::
 

@@ -97,8 +97,8 @@ static tb_status run_one(const tb_engine_op *op, const tb_elementwise_kernels *k
     case TB_ENGINE_OP_MATMUL: {
         tb_gemm_desc desc = {
             .m = op->m, .n = op->n, .k = op->k, .a = a, .a_row_stride = op->k, .a_col_stride = 1, .b = b,
-            .b_row_stride = op->trans_b ? 1 : op->n, .b_col_stride = op->trans_b ? op->k : 1, .c = y,
-            .c_row_stride = op->n, .alpha = 1.0f, .beta = 0.0f, .bias_kind = c ? TB_BIAS_PER_COLUMN : TB_BIAS_NONE,
+            .b_row_stride = op->trans_b ? 1 : op->n, .b_col_stride = op->trans_b ? op->k : 1, .c = y + op->y_col0,
+            .c_row_stride = tb_engine_op_y_stride(op), .alpha = 1.0f, .beta = 0.0f, .bias_kind = c ? TB_BIAS_PER_COLUMN : TB_BIAS_NONE,
             .bias = c, .activation = TB_ACTIVATION_NONE, .batch = 1,
         };
         if (op->m == 0 || op->n == 0)

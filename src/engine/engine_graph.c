@@ -402,6 +402,16 @@ tb_status tb_engine_program_build(const tb_engine *engine, const tb_graph *graph
 
 int tb_engine_program_num_ops(const tb_engine_program *program) { return program->nops; }
 
+void tb_engine_program_copy_bytes(const tb_engine_program *program, size_t *to_engine, size_t *from_engine) {
+    *to_engine = *from_engine = 0;
+    for (int i = 0; i < program->ninputs; i++)
+        *to_engine += program->input_bytes[i];
+    for (int f = 0; f < program->nfills; f++)
+        *to_engine += program->buffer_bytes[program->fills[f].buffer];
+    for (int o = 0; o < program->noutputs; o++)
+        *from_engine += program->output_bytes[o];
+}
+
 tb_status tb_engine_program_run(const tb_engine_program *p, void *const *inputs, void *const *outputs) {
     const tb_engine *engine = p->engine;
     tb_engine_buffer **buffers = calloc((size_t)p->nbuffers + 1, sizeof *buffers);

@@ -19,6 +19,9 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
 /* Bytes each operand of `op` spans (0 for an absent one). */
 void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_bytes, size_t *c_bytes, size_t *y_bytes);
 
+/* Floats between rows of a (q)matmul's y (y_stride, or n when 0). */
+int64_t tb_engine_op_y_stride(const tb_engine_op *op);
+
 /* Bytes operand d spans (qmatmul scales, llm_rope norm weights; 0 otherwise). */
 size_t tb_engine_op_d_extent(const tb_engine_op *op);
 

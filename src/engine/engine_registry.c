@@ -157,6 +157,26 @@ tb_status tb_engine_check_op(const tb_engine *engine, const tb_engine_op *op) {
 
 /* ---- validation ---- */
 
+int64_t tb_engine_op_y_stride(const tb_engine_op *op) { return op->y_stride > 0 ? op->y_stride : op->n; }
+
+/* Bytes a (q)matmul's output spans: the last row ends at column y_col0 + n of row stride y_stride. */
+static size_t output_extent(const tb_engine_op *op) {
+    if (op->m <= 0 || op->n <= 0)
+        return 0;
+    return (size_t)((op->m - 1) * tb_engine_op_y_stride(op) + op->y_col0 + op->n) * sizeof(float);
+}
+
+/* The output block's geometry: y_col0 >= 0, y_col0 + n <= the row stride, and the 32-bit shader indices hold. */
+static tb_status validate_output_block(const tb_engine_op *op) {
+    const int64_t stride = tb_engine_op_y_stride(op);
+    if (op->y_stride < 0 || op->y_col0 < 0 || (op->y_stride == 0 && op->y_col0 != 0) || op->y_col0 + op->n > stride ||
+        (op->m > 0 && (op->m - 1) * stride + op->y_col0 + op->n >= ((int64_t)1 << 31)))
+        return tb_error_set(TB_ERR_SHAPE, "%s op: output columns [%lld, %lld) do not fit rows of y_stride %lld",
+                            tb_engine_op_kind_name(op->kind), (long long)op->y_col0, (long long)(op->y_col0 + op->n),
+                            (long long)op->y_stride);
+    return TB_OK;
+}
+
 void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_bytes, size_t *c_bytes, size_t *y_bytes) {
     size_t f = sizeof(float);
     *a_bytes = *b_bytes = *c_bytes = *y_bytes = 0;
@@ -172,7 +192,7 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         *a_bytes = (size_t)(op->m * op->k) * f;
         *b_bytes = (size_t)(op->k * op->n) * f;
         *c_bytes = op->c ? (size_t)op->n * f : 0;
-        *y_bytes = (size_t)(op->m * op->n) * f;
+        *y_bytes = output_extent(op);
         break;
     case TB_ENGINE_OP_SOFTMAX:
     case TB_ENGINE_OP_RMS_NORM:
@@ -185,7 +205,7 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         *a_bytes = (size_t)(op->m * op->k) * f;
         *b_bytes = (size_t)(op->code == 4 ? op->n * (op->k / 2) : op->n * op->k);
         *c_bytes = op->c ? (size_t)op->n * f : 0;
-        *y_bytes = (size_t)(op->m * op->n) * f;
+        *y_bytes = output_extent(op);
         break;
     case TB_ENGINE_OP_LLM_ROPE:
     case TB_ENGINE_OP_LLM_ATTENTION: {
@@ -233,7 +253,7 @@ static tb_status validate_llm(const tb_engine_op *op) {
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "qmatmul op: the output must not alias an input");
         if (!op->d)
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "qmatmul op: operand d (scales) is missing");
-        return TB_OK;
+        return validate_output_block(op);
     }
     if (op->kind == TB_ENGINE_OP_SILU_MUL) {
         if (op->rows < 0 || op->len < 1 || op->rows * op->len >= limit)
@@ -296,6 +316,7 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
                                 (long long)op->n, (long long)op->k);
         if (op->y == op->a || op->y == op->b || (op->c && op->y == op->c))
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "matmul op: the output must not alias an input");
+        TB_TRY(validate_output_block(op));
         break;
     case TB_ENGINE_OP_SOFTMAX:
     case TB_ENGINE_OP_RMS_NORM:

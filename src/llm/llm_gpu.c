@@ -8,9 +8,12 @@
  * same cos/sin values the CPU path uses), and sampling on the downloaded logits. A prompt whose last
  * logits only are wanted takes a second run for the final norm and LM head of its last row.
  *
- * Limits: one buffer per tensor, so a tensor must fit maxStorageBufferRange (the error says which one
- * does not; splitting is not implemented); the KV cache is f32 (kv_f16 is refused); sessions on the
- * GPU cannot copy prefixes between each other (the batch server's prefix reuse). */
+ * Device limits: a matrix larger than maxStorageBufferRange is split by rows (output columns) into
+ * parts of at most that size, each its own buffers, and its product runs as one op per part writing its
+ * columns of the output (y_stride / y_col0); chunks of a prompt are cut so every activation buffer (the
+ * logits rows above all) fits the limit; the KV cache of a layer must fit one buffer (the error names
+ * the positions that fit). The KV cache is f32 (kv_f16 is refused); sessions on the GPU cannot copy
+ * prefixes between each other (the batch server's prefix reuse). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +24,17 @@
 
 enum { GPU_CHUNK = TB_LLM_PREFILL_CHUNK, GPU_MIN_CAPACITY = 256 };
 
+/* Rows [row0, row0 + rows) of a matrix, in buffers of their own. */
+typedef struct gpu_part {
+    int64_t row0, rows;
+    tb_engine_buffer *weights, *scales, *bias; /* scales: quantized formats only; bias: when the matrix has one */
+} gpu_part;
+
 typedef struct gpu_matrix {
     tb_llm_quant format;
     int64_t n, k, group;
-    tb_engine_buffer *weights, *scales, *bias;
+    int parts; /* 1 unless the matrix exceeds maxStorageBufferRange */
+    gpu_part *part;
 } gpu_matrix;
 
 typedef struct gpu_layer {
@@ -39,6 +49,8 @@ struct tb_llm_gpu_model {
     int64_t n_layers;
     gpu_matrix lm_head;
     tb_engine_buffer *final_norm;
+    int64_t max_rows; /* rows per chunk such that every activation buffer fits maxStorageBufferRange */
+    uint64_t buffer_range; /* the device's maxStorageBufferRange */
 };
 
 struct tb_llm_gpu_session {
@@ -59,8 +71,7 @@ static tb_status upload_new(const tb_engine *engine, const void *data, size_t by
     engine->device_info(&info);
     if (info.max_storage_buffer_range && bytes > info.max_storage_buffer_range)
         return tb_error_set(TB_ERR_UNSUPPORTED, "llm gpu: %s takes %zu bytes, more than the device's maxStorageBufferRange "
-                            "(%llu bytes); splitting tensors is not implemented (a smaller quant format may fit)",
-                            what, bytes, (unsigned long long)info.max_storage_buffer_range);
+                            "(%llu bytes)", what, bytes, (unsigned long long)info.max_storage_buffer_range);
     tb_status status = engine->buffer_alloc(bytes, out);
     if (status == TB_OK)
         status = engine->buffer_upload(*out, 0, data, bytes);
@@ -72,26 +83,54 @@ static tb_status upload_new(const tb_engine *engine, const void *data, size_t by
     return TB_OK;
 }
 
-static tb_status upload_matrix(const tb_engine *engine, const llm_matrix *w, const char *what, gpu_matrix *out) {
+/* Uploads w as ceil(rows / rows_per_part) parts, rows_per_part = the rows whose weights fit the device's
+ * maxStorageBufferRange (`range`; all rows in one part when they fit). */
+static tb_status upload_matrix(const tb_engine *engine, uint64_t range, const llm_matrix *w, const char *what,
+                               gpu_matrix *out) {
+    const bool quantized = w->format != TB_LLM_QUANT_NONE;
+    const size_t row_bytes = quantized ? (size_t)w->q.row_bytes : (size_t)w->k * sizeof(float);
+    const size_t scale_row = quantized ? (size_t)w->q.scales_per_row * sizeof(float) : 0;
+    const size_t widest = row_bytes > scale_row ? row_bytes : scale_row;
+    int64_t rows_per_part = range ? (int64_t)(range / widest) : w->n;
+    if (rows_per_part < 1)
+        return tb_error_set(TB_ERR_UNSUPPORTED, "llm gpu: one row of %s takes %zu bytes, more than the device's "
+                            "maxStorageBufferRange (%llu bytes)", what, widest, (unsigned long long)range);
+    rows_per_part = rows_per_part < w->n ? rows_per_part : w->n;
     out->format = w->format;
     out->n = w->n;
     out->k = w->k;
-    if (w->format == TB_LLM_QUANT_NONE) {
-        TB_TRY(upload_new(engine, w->f32, (size_t)(w->n * w->k) * sizeof(float), what, &out->weights));
-    } else {
-        out->group = w->q.group_size;
-        TB_TRY(upload_new(engine, w->q.data, (size_t)(w->n * w->q.row_bytes), what, &out->weights));
-        TB_TRY(upload_new(engine, w->q.scales, (size_t)(w->n * w->q.scales_per_row) * sizeof(float), what, &out->scales));
+    out->group = quantized ? w->q.group_size : 0;
+    const int64_t parts = (w->n + rows_per_part - 1) / rows_per_part;
+    out->part = calloc((size_t)parts, sizeof *out->part);
+    if (!out->part)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm gpu: out of memory");
+    out->parts = (int)parts;
+    for (int64_t i = 0; i < parts; i++) {
+        gpu_part *part = &out->part[i];
+        part->row0 = i * rows_per_part;
+        part->rows = w->n - part->row0 < rows_per_part ? w->n - part->row0 : rows_per_part;
+        const size_t rows = (size_t)part->rows, row0 = (size_t)part->row0;
+        if (quantized) {
+            TB_TRY(upload_new(engine, (const unsigned char *)w->q.data + row0 * row_bytes, rows * row_bytes, what, &part->weights));
+            TB_TRY(upload_new(engine, w->q.scales + row0 * (size_t)w->q.scales_per_row, rows * scale_row, what,
+                              &part->scales));
+        } else {
+            TB_TRY(upload_new(engine, w->f32 + row0 * (size_t)w->k, rows * row_bytes, what, &part->weights));
+        }
+        if (w->bias)
+            TB_TRY(upload_new(engine, w->bias + row0, rows * sizeof(float), what, &part->bias));
     }
-    if (w->bias)
-        TB_TRY(upload_new(engine, w->bias, (size_t)w->n * sizeof(float), what, &out->bias));
     return TB_OK;
 }
 
 static void free_matrix(const tb_engine *engine, gpu_matrix *w) {
-    engine->buffer_free(w->weights);
-    engine->buffer_free(w->scales);
-    engine->buffer_free(w->bias);
+    for (int i = 0; w->part && i < w->parts; i++) {
+        engine->buffer_free(w->part[i].weights);
+        engine->buffer_free(w->part[i].scales);
+        engine->buffer_free(w->part[i].bias);
+    }
+    free(w->part);
+    w->part = NULL;
 }
 
 void tb_llm_gpu_model_free(tb_llm_gpu_model *g) {
@@ -127,7 +166,21 @@ tb_status tb_llm_gpu_model_new(const tb_llm_model *m, const tb_engine *engine, t
     g->engine = engine;
     g->n_layers = m->n_layers;
     const int64_t c = m->hidden, d = m->head_dim;
+    tb_engine_device_info info;
+    engine->device_info(&info);
+    g->buffer_range = info.max_storage_buffer_range;
+    /* the widest activation row: logits (vocab), qkv, gate/up (2 I), hidden, attention output */
+    int64_t widest = m->vocab > m->layers[0].qkv.n ? m->vocab : m->layers[0].qkv.n;
+    widest = widest > 2 * m->intermediate ? widest : 2 * m->intermediate;
+    widest = widest > c ? widest : c;
+    widest = widest > m->n_heads * d ? widest : m->n_heads * d;
+    g->max_rows = g->buffer_range ? (int64_t)(g->buffer_range / ((uint64_t)widest * sizeof(float))) : GPU_CHUNK;
+    g->max_rows = g->max_rows < GPU_CHUNK ? g->max_rows : GPU_CHUNK;
     tb_status status = TB_OK;
+    if (g->max_rows < 1)
+        status = tb_error_set(TB_ERR_UNSUPPORTED, "llm gpu: one row of activations (%lld floats, the logits or the "
+                              "widest projection) exceeds the device's maxStorageBufferRange (%llu bytes)",
+                              (long long)widest, (unsigned long long)g->buffer_range);
     float *qk = malloc((size_t)(2 * d) * sizeof *qk);
     if (!qk)
         status = tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm gpu: out of memory");
@@ -146,19 +199,19 @@ tb_status tb_llm_gpu_model_new(const tb_llm_model *m, const tb_engine *engine, t
             status = upload_new(engine, qk, (size_t)(2 * d) * sizeof *qk, what, &dst->qk_norm);
         }
         if (status == TB_OK)
-            status = upload_matrix(engine, &src->qkv, what, &dst->qkv);
+            status = upload_matrix(engine, g->buffer_range, &src->qkv, what, &dst->qkv);
         if (status == TB_OK)
-            status = upload_matrix(engine, &src->o, what, &dst->o);
+            status = upload_matrix(engine, g->buffer_range, &src->o, what, &dst->o);
         if (status == TB_OK)
-            status = upload_matrix(engine, &src->gate_up, what, &dst->gate_up);
+            status = upload_matrix(engine, g->buffer_range, &src->gate_up, what, &dst->gate_up);
         if (status == TB_OK)
-            status = upload_matrix(engine, &src->down, what, &dst->down);
+            status = upload_matrix(engine, g->buffer_range, &src->down, what, &dst->down);
     }
     free(qk);
     if (status == TB_OK)
         status = upload_new(engine, m->final_norm, (size_t)c * sizeof(float), "final_norm", &g->final_norm);
     if (status == TB_OK)
-        status = upload_matrix(engine, &m->lm_head, "lm_head", &g->lm_head);
+        status = upload_matrix(engine, g->buffer_range, &m->lm_head, "lm_head", &g->lm_head);
     if (status != TB_OK) {
         tb_llm_gpu_model_free(g);
         return status;
@@ -206,7 +259,13 @@ tb_status tb_llm_gpu_session_new(const tb_llm_model *m, bool kv_f16, tb_llm_gpu_
         s->model = m;
         s->keys = calloc((size_t)m->n_layers, sizeof *s->keys);
         s->values = calloc((size_t)m->n_layers, sizeof *s->values);
-        s->op_capacity = (int)(11 * m->n_layers + 3);
+        const tb_llm_gpu_model *g = m->gpu;
+        int64_t capacity = 2 + g->lm_head.parts; /* the final norm and the LM head */
+        for (int64_t l = 0; l < m->n_layers; l++) {
+            const gpu_layer *layer = &g->layers[l];
+            capacity += 7 + layer->qkv.parts + layer->o.parts + layer->gate_up.parts + layer->down.parts;
+        }
+        s->op_capacity = (int)capacity;
         s->ops = calloc((size_t)s->op_capacity, sizeof *s->ops);
     }
     if (!s || !s->keys || !s->values || !s->ops) {
@@ -232,7 +291,18 @@ static tb_status reserve(tb_llm_gpu_session *s, int64_t needed, int64_t keep, in
     capacity = capacity > needed ? capacity : needed;
     capacity = capacity < max_seq_len ? capacity : max_seq_len;
     const int64_t d = m->head_dim, hkv = m->n_kv_heads;
-    const size_t row = (size_t)d * sizeof(float), bytes = (size_t)(hkv * capacity) * row;
+    const size_t row = (size_t)d * sizeof(float);
+    const uint64_t range = m->gpu->buffer_range;
+    if (range && (uint64_t)(hkv * capacity) * row > range) { /* one buffer per layer's keys (and values) */
+        const int64_t fits = (int64_t)(range / ((uint64_t)hkv * row));
+        if (fits < needed)
+            return tb_error_set(TB_ERR_UNSUPPORTED, "llm gpu: a KV cache of %lld positions needs %llu bytes per layer, "
+                                "more than the device's maxStorageBufferRange (%llu bytes: %lld positions fit)",
+                                (long long)needed, (unsigned long long)((uint64_t)(hkv * needed) * row),
+                                (unsigned long long)range, (long long)fits);
+        capacity = fits;
+    }
+    const size_t bytes = (size_t)(hkv * capacity) * row;
     float *staging = keep > 0 ? malloc((size_t)keep * row) : NULL;
     if (keep > 0 && !staging)
         return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm gpu: out of memory");
@@ -296,18 +366,24 @@ static tb_status ensure_scratch(tb_llm_gpu_session *s, int64_t rows) {
 
 /* ---- the op sequence ---- */
 
-static tb_engine_op linear(const gpu_matrix *w, tb_engine_buffer *x, int64_t m, tb_engine_buffer *y) {
-    tb_engine_op op = {.m = m, .n = w->n, .k = w->k, .a = x, .b = w->weights, .c = w->bias, .y = y};
-    if (w->format == TB_LLM_QUANT_NONE) {
-        op.kind = TB_ENGINE_OP_MATMUL;
-        op.trans_b = true;
-    } else {
-        op.kind = TB_ENGINE_OP_QMATMUL;
-        op.code = w->format == TB_LLM_QUANT_INT8 ? 8 : 4;
-        op.llm.group = w->group;
-        op.d = w->scales;
+/* y[m, N] = x[m, K] @ W.T + bias as one op per part of W (each into its columns of y); returns the count. */
+static int linear(const gpu_matrix *w, tb_engine_buffer *x, int64_t m, tb_engine_buffer *y, tb_engine_op *ops) {
+    for (int i = 0; i < w->parts; i++) {
+        const gpu_part *part = &w->part[i];
+        tb_engine_op op = {.m = m, .n = part->rows, .k = w->k, .a = x, .b = part->weights, .c = part->bias, .y = y,
+                           .y_stride = w->n, .y_col0 = part->row0};
+        if (w->format == TB_LLM_QUANT_NONE) {
+            op.kind = TB_ENGINE_OP_MATMUL;
+            op.trans_b = true;
+        } else {
+            op.kind = TB_ENGINE_OP_QMATMUL;
+            op.code = w->format == TB_LLM_QUANT_INT8 ? 8 : 4;
+            op.llm.group = w->group;
+            op.d = part->scales;
+        }
+        ops[i] = op;
     }
-    return op;
+    return w->parts;
 }
 
 static tb_engine_op rms_norm(tb_engine_buffer *x, tb_engine_buffer *weight, int64_t rows, int64_t len, float eps,
@@ -340,7 +416,7 @@ static tb_status forward_chunk(tb_llm_gpu_session *s, const int32_t *tokens, int
     for (int64_t l = 0; l < m->n_layers; l++) {
         const gpu_layer *layer = &g->layers[l];
         ops[n++] = rms_norm(s->x, layer->attn_norm, count, c, m->norm_eps, s->xn);
-        ops[n++] = linear(&layer->qkv, s->xn, count, s->qkv);
+        n += linear(&layer->qkv, s->xn, count, s->qkv, ops + n);
         tb_engine_op rope = {.kind = TB_ENGINE_OP_LLM_ROPE, .eps = m->norm_eps, .a = s->table, .b = s->keys[l],
                              .c = s->values[l], .d = layer->qk_norm, .y = s->qkv};
         rope.llm.heads = hq;
@@ -358,18 +434,18 @@ static tb_status forward_chunk(tb_llm_gpu_session *s, const int32_t *tokens, int
         attention.d = NULL;
         attention.y = s->attn;
         ops[n++] = attention;
-        ops[n++] = linear(&layer->o, s->attn, count, s->proj);
+        n += linear(&layer->o, s->attn, count, s->proj, ops + n);
         ops[n++] = add_into(s->x, s->proj, count * c);
         ops[n++] = rms_norm(s->x, layer->mlp_norm, count, c, m->norm_eps, s->xn);
-        ops[n++] = linear(&layer->gate_up, s->xn, count, s->mlp);
+        n += linear(&layer->gate_up, s->xn, count, s->mlp, ops + n);
         ops[n++] = (tb_engine_op){.kind = TB_ENGINE_OP_SILU_MUL, .rows = count, .len = inter, .a = s->mlp, .y = s->act};
-        ops[n++] = linear(&layer->down, s->act, count, s->proj);
+        n += linear(&layer->down, s->act, count, s->proj, ops + n);
         ops[n++] = add_into(s->x, s->proj, count * c);
     }
     const bool every_row = logits && (all_logits || count == 1);
     if (every_row) {
         ops[n++] = rms_norm(s->x, g->final_norm, count, c, m->norm_eps, s->xn);
-        ops[n++] = linear(&g->lm_head, s->xn, count, s->logits);
+        n += linear(&g->lm_head, s->xn, count, s->logits, ops + n);
     }
     TB_TRY(e->run(ops, n));
     if (!logits)
@@ -379,9 +455,8 @@ static tb_status forward_chunk(tb_llm_gpu_session *s, const int32_t *tokens, int
     /* only the last row: a second run over a one-row copy of it */
     TB_TRY(e->buffer_download(s->x, (size_t)((count - 1) * c) * f, s->host_rows, (size_t)c * f));
     TB_TRY(e->buffer_upload(s->last, 0, s->host_rows, (size_t)c * f));
-    tb_engine_op tail[2] = {rms_norm(s->last, g->final_norm, 1, c, m->norm_eps, s->xn),
-                            linear(&g->lm_head, s->xn, 1, s->logits)};
-    TB_TRY(e->run(tail, 2));
+    ops[0] = rms_norm(s->last, g->final_norm, 1, c, m->norm_eps, s->xn);
+    TB_TRY(e->run(ops, 1 + linear(&g->lm_head, s->xn, 1, s->logits, ops + 1)));
     return e->buffer_download(s->logits, 0, logits, (size_t)m->vocab * f);
 }
 
@@ -389,7 +464,8 @@ tb_status tb_llm_gpu_forward(tb_llm_gpu_session *s, int64_t length, int64_t max_
                              int64_t count, float *logits, bool all_logits) {
     const tb_llm_model *m = s->model;
     TB_TRY(reserve(s, length + count, length, max_seq_len));
-    TB_TRY(ensure_scratch(s, count < GPU_CHUNK ? count : GPU_CHUNK));
+    const int64_t chunk = m->gpu->max_rows; /* every activation buffer fits maxStorageBufferRange */
+    TB_TRY(ensure_scratch(s, count < chunk ? count : chunk));
     for (int64_t done = 0; done < count;) {
         TB_TRY(tb_interrupt_check("llm: forward"));
         const int64_t n = count - done < s->rows ? count - done : s->rows;

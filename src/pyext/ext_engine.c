@@ -71,7 +71,7 @@ static PyObject *py_engine_info(PyObject *module, PyObject *name_object) {
         snprintf(api, sizeof api, "%u.%u.%u", (info.api_version >> 22) & 0x7Fu, (info.api_version >> 12) & 0x3FFu,
                  info.api_version & 0xFFFu);
     return Py_BuildValue(
-        "{s:s,s:O,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:K,s:K,s:{s:K,s:(III),s:I,s:I,s:I},s:i,s:i,s:K,s:K}",
+        "{s:s,s:O,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:K,s:K,s:{s:K,s:(III),s:I,s:I,s:I},s:i,s:i,s:K,s:K,s:O,s:K,s:O,s:K,s:K}",
         "engine", engine->name, "available", info.available ? Py_True : Py_False, "reason", info.reason, "backend",
         info.backend, "adapter_name", info.adapter_name, "device_type", info.device_type, "driver_name",
         info.driver_name, "driver_info", info.driver_info, "api_version", api,
@@ -81,7 +81,10 @@ static PyObject *py_engine_info(PyObject *module, PyObject *name_object) {
         info.max_workgroup_count[1], info.max_workgroup_count[2], "max_workgroup_invocations",
         info.max_workgroup_invocations, "max_shared_memory_bytes", info.max_shared_memory_bytes, "subgroup_size",
         info.subgroup_size, "device_index", info.device_index, "device_count", info.device_count, "submits",
-        (unsigned long long)info.submits, "dispatches", (unsigned long long)info.dispatches);
+        (unsigned long long)info.submits, "dispatches", (unsigned long long)info.dispatches, "staging",
+        info.staging ? Py_True : Py_False, "transfers", (unsigned long long)info.transfers, "subgroup_reductions",
+        info.subgroup_reductions ? Py_True : Py_False, "upload_bytes", (unsigned long long)info.upload_bytes,
+        "download_bytes", (unsigned long long)info.download_bytes);
 }
 
 /* Reads optional dict entries into an op. Returns 0 or -1 with an exception. */
@@ -155,7 +158,8 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
     if (get_int(dict, "n", &op->n) || get_int(dict, "b_len", &op->b_len) || get_int(dict, "m", &op->m) ||
         get_int(dict, "k", &op->k) || get_int(dict, "rows", &op->rows) || get_int(dict, "len", &op->len) ||
         get_int(dict, "trans_b", &trans_b) || get_int(dict, "log", &log) || get_float(dict, "eps", &op->eps) ||
-        get_float(dict, "alpha", &op->alpha) || get_float(dict, "lo", &op->lo) || get_float(dict, "hi", &op->hi))
+        get_float(dict, "alpha", &op->alpha) || get_float(dict, "lo", &op->lo) || get_float(dict, "hi", &op->hi) ||
+        get_int(dict, "y_stride", &op->y_stride) || get_int(dict, "y_col0", &op->y_col0))
         return -1;
     op->trans_b = trans_b != 0;
     op->log = log != 0;

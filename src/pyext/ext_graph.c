@@ -280,6 +280,26 @@ static PyObject *graph_compile(PyObject *object, PyObject *unused) {
     return Py_BuildValue("(NO)", wrapped, hit ? Py_True : Py_False);
 }
 
+/* (taken, note): whether the active engine would run this graph whole (the compile backend's
+ * partitioner asks it node by node when a GPU engine is active). CPU engines take every graph. */
+static PyObject *graph_engine_support(PyObject *object, PyObject *unused) {
+    const tb_graph *graph = ((py_graph *)object)->graph;
+    const tb_engine *engine;
+    tb_engine_program *program = NULL;
+    tb_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tb_engine_active(&engine);
+    if (status == TB_OK && engine == &tb_engine_vulkan)
+        status = tb_engine_program_build(engine, graph, &program);
+    Py_END_ALLOW_THREADS
+    tb_engine_program_free(program);
+    if (status == TB_OK)
+        return Py_BuildValue("(Os)", Py_True, engine->name);
+    PyObject *result = Py_BuildValue("(Os)", Py_False, tb_error_message());
+    tb_error_clear();
+    return result;
+}
+
 static PyObject *graph_num_values(PyObject *object, void *closure) {
     return PyLong_FromLong(tb_graph_num_values(((py_graph *)object)->graph));
 }
@@ -293,6 +313,8 @@ static PyMethodDef graph_methods[] = {
     {"serialize", graph_serialize, METH_NOARGS, "serialize() -> the canonical bytes the structural key hashes"},
     {"hash", graph_hash, METH_NOARGS, "hash() -> the 32-byte BLAKE3 structural key"},
     {"compile", graph_compile, METH_NOARGS, "compile() -> (Plan, cache_hit) through the plan caches"},
+    {"engine_support", graph_engine_support, METH_NOARGS,
+     "engine_support() -> (taken, note): whether the active engine runs this graph whole, else why not"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -402,8 +402,11 @@ int tb_py_plan_attach_engine(PyObject *object, const tb_graph *graph) {
         return 0;
     }
     self->program = program;
-    snprintf(self->engine_note, sizeof self->engine_note, "vulkan (%d ops, one submission per call)",
-             tb_engine_program_num_ops(program));
+    size_t to_engine, from_engine;
+    tb_engine_program_copy_bytes(program, &to_engine, &from_engine);
+    snprintf(self->engine_note, sizeof self->engine_note,
+             "vulkan (%d ops, one submission per call; copies per call: %zu bytes in, %zu bytes out)",
+             tb_engine_program_num_ops(program), to_engine, from_engine);
     return 0;
 }
 

@@ -13,6 +13,7 @@ allows devices to flush denormals, and lavapipe does.
 """
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -266,6 +267,131 @@ def test_matmul_against_reference(engine, m, n, k, trans_b, bias):
     assert (np.abs(want - expected) <= 1e-5 * scale + 1e-6).all()  # the reference itself
 
 
+@pytest.mark.parametrize("m,n,k,col0,stride", [(3, 5, 7, 2, 11), (70, 65, 33, 0, 130), (1, 9, 64, 9, 18), (4, 1, 3, 6, 7)])
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_matmul_into_a_column_block(engine, m, n, k, col0, stride, trans_b):
+    """y_stride / y_col0: the product lands in columns [col0, col0 + n) of rows `stride` apart (how a
+    weight split by rows runs, one op per part); every other element keeps its sentinel."""
+    rng = np.random.default_rng(m + n + k + col0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    c = rng.standard_normal(n).astype(np.float32)
+    y = np.full((m, stride), 7.0, np.float32)
+    spec = {"kind": "matmul", "m": m, "n": n, "k": k, "trans_b": int(trans_b), "a": 0, "b": 1, "c": 2, "y": 3,
+            "y_stride": stride, "y_col0": col0}
+    (*_, got), (*_, want) = run_both(engine, [spec], [a, b, c, y])
+    expected = a.astype(np.float64) @ (b.T if trans_b else b) + c
+    scale = np.abs(a).astype(np.float64) @ np.abs(b.T if trans_b else b) + np.abs(c)
+    for result in (got, want):
+        block = result[:, col0:col0 + n]
+        assert (np.abs(block - expected) <= 1e-5 * scale + 1e-6).all()
+        outside = np.delete(result, np.s_[col0:col0 + n], axis=1)
+        assert (outside == 7.0).all()
+
+
+def test_column_block_out_of_range_is_refused(vulkan):
+    a, b, y = np.zeros((2, 3), np.float32), np.zeros((4, 3), np.float32), np.zeros((2, 6), np.float32)
+    for engine in ("reference", "vulkan"):
+        with pytest.raises(ValueError, match=r"output columns \[3, 7\) do not fit rows of y_stride 6"):
+            gpu.engine_run(engine, [{"kind": "matmul", "m": 2, "n": 4, "k": 3, "trans_b": 1, "a": 0, "b": 1, "y": 2,
+                                     "y_stride": 6, "y_col0": 3}], [a, b, y])
+        with pytest.raises(ValueError, match="y_stride 0"):
+            gpu.engine_run(engine, [{"kind": "matmul", "m": 2, "n": 4, "k": 3, "trans_b": 1, "a": 0, "b": 1, "y": 2,
+                                     "y_col0": 1}], [a, b, y])
+
+
+class vulkan_settings:
+    """Runs a block with TORCHBURN_VULKAN_* settings applied (the engine re-probed) and restored; the
+    block's engine buffers must all be gone at its end (collected here) for the re-probe."""
+
+    def __init__(self, **env: str) -> None:
+        self.env, self.saved = env, {}
+
+    def __enter__(self):
+        gc.collect()  # buffers of an earlier failed test, held by its traceback
+        for key, value in self.env.items():
+            self.saved[key] = os.environ.get(key)
+            os.environ[key] = value
+        gpu.reset()
+        return gpu.gpu_info()
+
+    def __exit__(self, *exc):
+        gc.collect()
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        gpu.reset()
+
+
+ROW_OPS_CASES = [(4, 255), (6, 257), (3, 1000), (37, 3)]
+
+
+def _row_ops_against_reference(what):
+    """softmax (with -inf, +inf and NaN rows), log_softmax, both norms and the GEMV matmul: every
+    kernel built on reduce.glsl, against the reference engine."""
+    for rows, length in ROW_OPS_CASES:
+        rng = np.random.default_rng(rows * length)
+        x = softmax_rows(rows, length, rng)
+        for log in (0, 1):
+            spec = {"kind": "softmax", "rows": rows, "len": length, "log": log, "a": 0, "y": 1}
+            (_, got), (_, want) = run_both("vulkan", [spec], [x, np.zeros_like(x)])
+            assert_close(got, want, 1e-5, 1e-5, what=f"{what} softmax log={log} {rows}x{length}")
+        finite = (rng.standard_normal((rows, length)) * 3 + 1).astype(np.float32)
+        w = rng.standard_normal(length).astype(np.float32)
+        for kind in ("rms_norm", "layer_norm"):
+            spec = {"kind": kind, "rows": rows, "len": length, "eps": 1e-5, "a": 0, "b": 1, "y": 2}
+            (*_, got), (*_, want) = run_both("vulkan", [spec], [finite, w, np.zeros_like(finite)])
+            assert_close(got, want, 1e-4, 1e-5, what=f"{what} {kind} {rows}x{length}")
+        b = rng.standard_normal((33, length)).astype(np.float32)
+        spec = {"kind": "matmul", "m": 2, "n": 33, "k": length, "trans_b": 1, "a": 0, "b": 1, "y": 2}
+        (*_, got), (*_, want) = run_both("vulkan", [spec], [finite[:2].copy(), b, np.zeros((2, 33), np.float32)])
+        scale = np.abs(finite[:2]).astype(np.float64) @ np.abs(b.T)
+        assert (np.abs(got - want) <= 1e-5 * scale + 1e-6).all(), what
+
+
+def test_subgroup_reductions_and_their_fallback(vulkan):
+    """Where the device has subgroup arithmetic (lavapipe: subgroups of 8) the reductions use it (the
+    *_subgroup SPIR-V); TORCHBURN_VULKAN_NO_SUBGROUP=1 forces the shared-memory tree. Both agree with
+    the reference engine."""
+    assert isinstance(vulkan["subgroup_reductions"], bool)
+    _row_ops_against_reference("default")
+    with vulkan_settings(TORCHBURN_VULKAN_NO_SUBGROUP="1") as info:
+        assert info["subgroup_reductions"] is False
+        _row_ops_against_reference("shared-memory fallback")
+    if vulkan["device_type"] == "cpu":  # lavapipe reports arithmetic + vote: CI runs the subgroup path
+        assert vulkan["subgroup_reductions"] is True
+
+
+def test_forced_staging_copies(vulkan):
+    """TORCHBURN_VULKAN_FORCE_STAGING=1: buffers in device memory the host never maps, every upload and
+    download a vkCmdCopyBuffer through the staging buffer (the discrete-GPU path), chunked at 16 MiB."""
+    with vulkan_settings(TORCHBURN_VULKAN_FORCE_STAGING="1") as info:
+        assert info["staging"] is True
+        rng = np.random.default_rng(3)
+        a, w = rng.standard_normal((9, 40)).astype(np.float32), rng.standard_normal((24, 40)).astype(np.float32)
+        bias = rng.standard_normal(24).astype(np.float32)
+        ops = [{"kind": "matmul", "m": 9, "n": 24, "k": 40, "trans_b": 1, "a": 0, "b": 1, "c": 2, "y": 3},
+               {"kind": "unary", "op": "silu", "n": 9 * 24, "a": 3, "y": 3},
+               {"kind": "softmax", "rows": 9, "len": 24, "a": 3, "y": 4}]
+        before = gpu.gpu_info()
+        (*_, h, got), (*_, want_h, want) = run_both("vulkan", ops, [a, w, bias, np.zeros((9, 24), np.float32),
+                                                                     np.zeros((9, 24), np.float32)])
+        after = gpu.gpu_info()
+        assert after["submits"] - before["submits"] == 1
+        assert after["transfers"] - before["transfers"] == 5 + 2  # 5 arrays up, the 2 written ones down
+        assert_close(h, want_h, 1e-5, 1e-5, what="staged matmul + silu")
+        assert_close(got, want, 1e-5, 1e-6, what="staged softmax")
+        big = rng.standard_normal(5_000_000).astype(np.float32)  # 20 MB: two chunks each way
+        before = gpu.gpu_info()["transfers"]
+        out = big.copy()
+        gpu.engine_run("vulkan", [{"kind": "unary", "op": "neg", "n": big.size, "a": 0, "y": 0}], [out])
+        assert gpu.gpu_info()["transfers"] - before == 4
+        assert np.array_equal(out, -big)
+    assert gpu.gpu_info()["staging"] is (vulkan["staging"])  # restored
+
+
 def test_grid_stride_loops_with_capped_dispatches(vulkan):
     """Every kernel with dispatches capped at 3 workgroups per dimension (TORCHBURN_VULKAN_MAX_WORKGROUPS),
     so each grid-stride loop runs several rounds; the real 65,535 limit is crossed by the softmax test
@@ -446,6 +572,14 @@ class Unsupported(torch.nn.Module):
     def forward(self, x):
         return torch.relu(x).sum(-1)  # a reduction: native in torchburn, not on the vulkan engine
 
+class Mixed(torch.nn.Module):  # GPU (fc1, relu) -> native_cpu (sum, broadcast mul) -> GPU (fc2)
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(24, 40), torch.nn.Linear(40, 8)
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        return self.fc2(h * h.sum(-1, keepdim=True))
+
 models = {
     "mlp": (torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 10)), (5, 64)),
     "norm_softmax": (torch.nn.Sequential(torch.nn.Linear(33, 65), torch.nn.SiLU(), torch.nn.LayerNorm(65),
@@ -453,6 +587,7 @@ models = {
     "residual_norm": (Residual(), (9, 48)),
     "relu_sigmoid": (torch.nn.Sequential(torch.nn.Linear(16, 16, bias=False), torch.nn.ReLU(), torch.nn.Sigmoid()), (4, 16)),
     "unsupported": (Unsupported(), (6, 20)),
+    "mixed": (Mixed(), (5, 24)),
 }
 result = {}
 for name, (model, shape) in models.items():
@@ -464,9 +599,9 @@ for name, (model, shape) in models.items():
         want = model(x)
     after = torchburn.gpu_info()["submits"]
     with torch.no_grad():
-        explanation = str(torchburn.explain(model, x))
+        explained = torchburn.explain(model, x)
     result[name] = {"err": float((got - want).abs().max()), "scale": float(want.abs().max()),
-                    "submits": after - before, "explain": explanation}
+                    "submits": after - before, "explain": str(explained), "native_share": explained.native_share}
 print(json.dumps(result))
 """
 
@@ -482,8 +617,14 @@ def test_compiled_models_on_the_gpu_engine(vulkan):
     for name in ("mlp", "norm_softmax", "residual_norm", "relu_sigmoid"):
         assert result[name]["submits"] == 1, (name, result[name])  # the whole graph in one submission
     assert "engine: vulkan (" in result["mlp"]["explain"], result["mlp"]["explain"]
-    assert result["unsupported"]["submits"] == 0
+    # the partitioner asks the engine node by node: relu runs on the GPU, the sum on native_cpu
+    assert result["unsupported"]["submits"] == 1
     assert "engine: native_cpu (engine vulkan does not take node" in result["unsupported"]["explain"]
+    mixed = result["mixed"]
+    assert mixed["submits"] == 2, mixed  # two GPU regions around one native_cpu region
+    assert mixed["explain"].count("engine: vulkan (") == 2, mixed["explain"]
+    assert "copies per call: " in mixed["explain"] and "engine: native_cpu (" in mixed["explain"], mixed["explain"]
+    assert mixed["native_share"] == 1.0  # nothing left to PyTorch
 
 
 def test_compile_with_gpu_requested_but_absent_runs_in_pytorch_and_says_why():

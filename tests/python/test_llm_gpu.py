@@ -25,6 +25,7 @@ import torch
 
 import torchburn.gpu as gpu
 from torchburn import LLM
+from test_engine import vulkan_settings
 from test_llm import FAMILIES, TEMPLATES, _config_model, _train_tokenizer
 
 
@@ -107,6 +108,72 @@ def test_gpu_matches_cpu(models, need_gpu, family, quant):
     more = _prompt(5, seed=1)
     assert (dev.generate_tokens(ids + tokens + more, max_tokens=3, temperature=0.0, stop_token_ids=[]) ==
             cpu.generate_tokens(ids + tokens + more, max_tokens=3, temperature=0.0, stop_token_ids=[]))
+
+
+# 12 KiB: below the int4 LM head (400 x 32 bytes), so every quant format splits it (f32: 9 parts, int8: 3,
+# int4: 2) and most layer matrices too; prompt chunks of 7 rows (a logits row is 1600 bytes); the KV cache
+# of a layer (2 kv heads x 16 dims x 4 bytes per position) holds 96 positions.
+SMALL_RANGE = 12288
+MODES = {"split": {"TORCHBURN_VULKAN_MAX_BUFFER_RANGE": str(SMALL_RANGE)},
+         "staging": {"TORCHBURN_VULKAN_FORCE_STAGING": "1"},
+         "no_subgroup": {"TORCHBURN_VULKAN_NO_SUBGROUP": "1"},
+         "split_staging": {"TORCHBURN_VULKAN_MAX_BUFFER_RANGE": str(SMALL_RANGE), "TORCHBURN_VULKAN_FORCE_STAGING": "1"}}
+
+
+@pytest.mark.parametrize("quant", ["none", "int8", "int4"])
+@pytest.mark.parametrize("family", ["qwen2", "mistral"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_gpu_modes_match_cpu(models, need_gpu, mode, family, quant):
+    """The device-limit paths on lavapipe: weights split by rows across buffers (a lowered
+    maxStorageBufferRange), device-local buffers with staging copies (forced), shared-memory
+    reductions (subgroups off); same logits bound and greedy tokens as test_gpu_matches_cpu. qwen2 has
+    the tied head (the embedding uploaded as LM head, split) and q/k/v bias (split with the rows)."""
+    cpu = LLM.from_pretrained(models[family], quant=quant, device="cpu", exact_activations=True, quiet=True)
+    ids = _prompt(PROMPT)
+    want = np.asarray(cpu.logits(ids))
+    expected = cpu.generate_tokens(ids, max_tokens=NEW_TOKENS, temperature=0.0, stop_token_ids=[])
+    with vulkan_settings(**MODES[mode]) as info:
+        assert info["staging"] == ("staging" in mode or need_gpu["staging"])
+        assert info["subgroup_reductions"] == (mode != "no_subgroup" and need_gpu["subgroup_reductions"])
+        if "split" in mode:
+            assert info["limits"]["max_storage_buffer_range"] == SMALL_RANGE
+        dev = LLM.from_pretrained(models[family], quant=quant, device="gpu", quiet=True)
+        got = np.asarray(dev.logits(ids))
+        bound = 1e-4 * float(np.abs(want).max())
+        assert np.abs(got - want).max() <= bound, (np.abs(got - want).max(), bound)
+        assert dev.generate_tokens(ids, max_tokens=NEW_TOKENS, temperature=0.0, stop_token_ids=[]) == expected
+        if "staging" in mode:
+            assert gpu.gpu_info()["transfers"] > info["transfers"]
+        del dev
+
+
+def test_split_weights_run_one_dispatch_per_part(models, need_gpu):
+    """With the lowered limit a decode step launches one qmatmul per part of each split matrix: more
+    dispatches than unsplit, same single submit per step."""
+    def decode_dispatches():
+        dev = LLM.from_pretrained(models["qwen2"], quant="int8", device="gpu", quiet=True)
+        before = gpu.gpu_info()
+        dev.logits([17])  # one token: the shape of a decode step
+        after = gpu.gpu_info()
+        del dev
+        gc.collect()
+        return after["dispatches"] - before["dispatches"], after["submits"] - before["submits"]
+
+    whole, whole_submits = decode_dispatches()
+    with vulkan_settings(TORCHBURN_VULKAN_MAX_BUFFER_RANGE=str(SMALL_RANGE)):
+        split, split_submits = decode_dispatches()
+    assert split_submits == whole_submits
+    # int8 LM head 400 x 64 bytes -> 3 parts; gate_up (256 x 64) -> 2 parts per layer: at least 2 + 2 more
+    assert split >= whole + 4, (whole, split)
+
+
+def test_kv_cache_beyond_the_buffer_limit_is_a_clear_error(models, need_gpu):
+    with vulkan_settings(TORCHBURN_VULKAN_MAX_BUFFER_RANGE=str(SMALL_RANGE)):
+        dev = LLM.from_pretrained(models["llama"], quant="int8", device="gpu", quiet=True)
+        with pytest.raises(Exception, match=r"KV cache of 100 positions .* maxStorageBufferRange \(12288 bytes: "
+                                            r"96 positions fit\)"):
+            dev.logits(_prompt(100))
+        del dev
 
 
 def test_one_submit_per_step(models, need_gpu):

@@ -341,37 +341,93 @@ def _record_failure(record: GraphRecord, node_names: list, ops: dict, reason: st
         record.fallback_ops[key] = record.fallback_ops.get(key, 0) + count
 
 
+class _EngineSupport(_Support):
+    """The first pass's predicate when a GPU engine is active: supported natively AND taken by the
+    engine, which the C engine layer decides node by node (:func:`lowering.engine_support`). The
+    nodes it refuses are left to the second pass, which makes native_cpu regions of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: dict = {}  # node -> why the engine does not take it
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if not super().is_node_supported(submodules, node):
+            return False
+        ok, note = lowering.engine_support(node)
+        if not ok:
+            self.refused[node] = note
+            debug("engine refuses %s (%s): %s", node.name, op_label(node), note)
+        return ok
+
+
+def _gpu_engine() -> Optional[str]:
+    """The active engine when it is a GPU one (the partitioner then asks it node by node), else None.
+    A GPU that was asked for but is absent is None here; Graph.compile() reports it per region."""
+    try:
+        name = _C.engine_active()
+    except RuntimeError:
+        return None
+    return None if name in ("native_cpu", "reference") else name
+
+
 def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
     """Partitions an ATen graph, builds its regions and rewrites it. Returns (callable, whole_plan)
     where whole_plan is the single Plan when the whole graph is one static region whose inputs are
     the graph's placeholders and whose outputs are the graph's outputs in order (then calling the
-    Plan directly is equivalent and skips the FX wrapper)."""
-    record = GraphRecord(kind=kind)
-    support = _Support()
-    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
-    partitions = [_tidy(gm, set(p.nodes)) for p in partitioner.propose_partitions()]
-    partitions = [p for p in partitions if any(n.target not in lowering.VIEW_TARGETS for n in p)]
-    in_partition = set().union(*partitions) if partitions else set()
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem or node in in_partition:
-            continue
-        if not _makes_tensors(lowering.meta(node)):
-            continue  # Python scalar arithmetic (sizes): nothing to compute natively
-        if node in support.reasons:
-            reason = support.reasons[node]
-            record.fallback_ops[reason] = record.fallback_ops.get(reason, 0) + 1
-            warn_once(("op", reason), f"torchburn: {reason} runs in PyTorch (not supported natively)")
+    Plan directly is equivalent and skips the FX wrapper).
 
-    calls = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    With a GPU engine active (TORCHBURN_DEVICE=gpu) partitioning takes two passes: regions of the
+    nodes the engine takes (each runs there as one submission), then regions of the remaining
+    natively supported nodes, which run on native_cpu; the tensors crossing between them are the
+    copies each GPU region's plan reports (``engine: vulkan (...; copies per call: ...)``)."""
+    record = GraphRecord(kind=kind)
     computes = [(n, n.name, op_label(n), [_source(a).name for a in n.all_input_nodes]) for n in gm.graph.nodes
                 if n.op == "call_function" and n.target is not operator.getitem and _makes_tensors(lowering.meta(n))]
     region_of: dict = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     all_tensors = all(isinstance(lowering.meta(p), torch.Tensor) for p in placeholders)
+    passes = [_EngineSupport(), _Support()] if _gpu_engine() else [_Support()]
+    # bookkeeping by node name: legalize_graph between passes copies the nodes (names are kept)
+    inserted: set = set()  # names of the region calls and their getitems
+    whole_plan = None
+    for index, support in enumerate(passes):
+        whole_plan = _build_pass(gm, support, record, region_of, all_tensors, placeholders, inserted) or whole_plan
+        if index + 1 < len(passes):
+            legalize_graph(gm)  # the region calls went in before the output: order them for the next pass
+    reasons = {n.name: r for support in passes for n, r in support.reasons.items()}
+    last_reasons = {n.name: r for n, r in passes[-1].reasons.items()}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem or node.name in inserted:
+            continue
+        if not _makes_tensors(lowering.meta(node)):
+            continue  # Python scalar arithmetic (sizes): nothing to compute natively
+        if node.name in last_reasons:
+            reason = last_reasons[node.name]
+            record.fallback_ops[reason] = record.fallback_ops.get(reason, 0) + 1
+            warn_once(("op", reason), f"torchburn: {reason} runs in PyTorch (not supported natively)")
+    record.nodes = [(name, label, inputs, region_of.get(name), reasons.get(name)) for _, name, label, inputs in computes]
+    legalize_graph(gm)
+    gm.graph.lint()
+    gm.recompile()
+    diagnostics.Recorder.record(record)
+    diagnostics.track(record)
+    debug("%s graph: %d native ops in %d regions, %d ops in PyTorch %s", kind, sum(record.native_ops.values()),
+          len(record.regions), sum(record.fallback_ops.values()), dict(record.fallback_ops) or "")
+    return gm, whole_plan
+
+
+def _build_pass(gm: torch.fx.GraphModule, support: _Support, record: GraphRecord, region_of: dict, all_tensors: bool,
+                placeholders: list, inserted: set) -> Any:
+    """One partitioning pass: the maximal regions of nodes `support` accepts become plans spliced into
+    gm (the nodes they replace are erased). Returns the whole-graph Plan when this pass made one."""
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    partitions = [_tidy(gm, set(p.nodes)) for p in partitioner.propose_partitions()]
+    partitions = [p for p in partitions if any(n.target not in lowering.VIEW_TARGETS for n in p)]
+    calls = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     whole_plan = None
-    for index, part in enumerate(sorted(partitions, key=lambda p: min(order[n] for n in p))):
-        name = f"region{index}"
+    for part in sorted(partitions, key=lambda p: min(order[n] for n in p)):
+        name = f"region{len(record.runners) + len(record.failed_regions)}"
         node_names = [n.name for n in gm.graph.nodes if n in part]
         whole = len(partitions) == 1 and len(part) == calls and all_tensors
         ops = _op_counts(part)
@@ -398,7 +454,7 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
         record.regions.append(node_names)
         record.fusions.append(region.description)
         for node in part:
-            region_of[node] = len(record.runners)
+            region_of[node.name] = len(record.runners)
         record.region_ops.append(ops)
         record.runners.append(region)
         region.record, region.record_index = record, len(record.runners) - 1
@@ -408,13 +464,16 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
         with gm.graph.inserting_before(out_node):
             call = gm.graph.call_function(target, tuple(inputs))
             call.meta["val"] = tuple(lowering.meta(o) for o in outputs)
+            inserted.add(call.name)
             for i, out in enumerate(outputs):
                 item = gm.graph.call_function(operator.getitem, (call, i))
                 item.meta = dict(out.meta)
+                inserted.add(item.name)
                 strides = _layout_strides(lowering.meta(out))
                 if strides is not None:
                     item = gm.graph.call_function(_restride, (item, strides))
                     item.meta = dict(out.meta)
+                inserted.add(item.name)
                 out.replace_all_uses_with(item, delete_user_cb=lambda user: user not in part)
         for node in reversed([n for n in gm.graph.nodes if n in part]):
             gm.graph.erase_node(node)
@@ -426,14 +485,4 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
                     and len(returned) == len(outputs) and list(inputs) == placeholders
                     and isinstance(out_node.args[0], tuple) and len(items) == len(outputs)):
                 whole_plan = target
-    record.nodes = [(name, label, inputs, region_of.get(n), support.reasons.get(n))
-                    for n, name, label, inputs in computes]
-    legalize_graph(gm)
-    gm.graph.lint()
-    gm.recompile()
-    diagnostics.Recorder.record(record)
-    diagnostics.track(record)
-    debug("%s graph: %d native ops in %d regions, %d ops in PyTorch %s", kind, sum(record.native_ops.values()),
-          len(record.regions), sum(record.fallback_ops.values()), dict(record.fallback_ops) or "")
-    return gm, whole_plan
-
+    return whole_plan

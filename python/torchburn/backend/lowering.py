@@ -265,6 +265,46 @@ def support(node: torch.fx.Node) -> tuple:
     return True, name
 
 
+def engine_support(node: torch.fx.Node) -> tuple:
+    """(taken, note): whether the active engine takes `node` (the compile backend asks when a GPU engine
+    is active). The node is lowered alone, together with the views it reads through (so nn.Linear's
+    permuted weight is seen as the [N, K] layout it is), over fresh inputs of its operands' shapes,
+    and the C engine layer answers (``Graph.engine_support``: the engine's translation of every node
+    and its ``supports_op`` on the resulting ops, device limits included). Views and getitems follow
+    their producer: a view alone is not a computation."""
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return engine_support(source) if isinstance(source, torch.fx.Node) else (False, "getitem")
+    if node.target in VIEW_TARGETS:
+        return True, "view"
+    nodes: list = []
+
+    def collect(n: torch.fx.Node) -> None:  # n and the views it reads through, producers first
+        for arg in _tensor_args(n):
+            if arg.op == "call_function" and arg.target in VIEW_TARGETS and arg not in nodes:
+                collect(arg)
+        nodes.append(n)
+
+    collect(node)
+    builder = Builder()
+    try:
+        for n in nodes:
+            for arg in _tensor_args(n):
+                if arg not in builder.values and arg not in nodes and is_tensor(meta(arg)):
+                    builder.values[arg] = builder.input(arg)
+            lower_node(builder, n)
+        result = builder.values[node]
+        if isinstance(result, tuple):  # only the outputs something reads (layer_norm's mean/rstd rarely)
+            used = {u.args[1] for u in node.users if u.target is operator.getitem and u.users}
+            result = tuple(v for i, v in enumerate(result) if i in used)
+        for value in result if isinstance(result, tuple) else (result,):
+            if value is not None:
+                builder.graph.output(value)
+    except Exception as error:  # noqa: BLE001 - whatever cannot be lowered alone stays on the CPU
+        return False, f"{type(error).__name__}: {error}"
+    return builder.graph.engine_support()
+
+
 def _numel(value: Any) -> Optional[int]:
     shape = static_shape(value) if is_tensor(value) else None
     return None if shape is None else math.prod(shape)

@@ -8,7 +8,10 @@
  *   TORCHBURN_GPU_INDEX          use physical device N of the enumeration (any type, CPU ones too)
  *   TORCHBURN_VULKAN_ALLOW_CPU=1 let the automatic pick take a CPU-type device (Mesa's lavapipe)
  *   TORCHBURN_WGPU_BACKEND       accepted for the seed's spelling: vulkan, auto or empty
- *   TORCHBURN_VULKAN_MAX_WORKGROUPS  caps dispatch sizes below the device's (tests of grid-stride loops) */
+ *   TORCHBURN_VULKAN_MAX_WORKGROUPS  caps dispatch sizes below the device's (tests of grid-stride loops)
+ *   TORCHBURN_VULKAN_MAX_BUFFER_RANGE  lowers maxStorageBufferRange (bytes; tests of weight splitting)
+ *   TORCHBURN_VULKAN_FORCE_STAGING=1  device-local buffers + staging copies even where memory is mappable
+ *   TORCHBURN_VULKAN_NO_SUBGROUP=1  shared-memory reductions even where subgroup operations exist */
 #ifdef TB_HAVE_VULKAN_HEADERS
 #include <dlfcn.h>
 #include <stdio.h>
@@ -123,6 +126,7 @@ static tb_status create_instance(void) {
         .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "torchburn", .pEngineName = "torchburn",
         .apiVersion = version >= VK_API_VERSION_1_2 ? VK_API_VERSION_1_2 : version,
     };
+    tb_vk.instance_version = app.apiVersion;
     VkInstanceCreateInfo create = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     VkResult result = tb_vk.CreateInstance(&create, NULL, &tb_vk.instance);
     if (result == VK_ERROR_INCOMPATIBLE_DRIVER)
@@ -210,7 +214,13 @@ static void record_facts(void) {
     info->driver_version = properties.driverVersion;
     info->vendor_id = properties.vendorID;
     info->device_id = properties.deviceID;
+    /* TORCHBURN_VULKAN_MAX_BUFFER_RANGE=N (tests) lowers maxStorageBufferRange to N bytes (at least 4096),
+     * so small models exercise the splitting of large weights and the chunking by buffer size */
     info->max_storage_buffer_range = properties.limits.maxStorageBufferRange;
+    const char *range_text = getenv("TORCHBURN_VULKAN_MAX_BUFFER_RANGE");
+    long long range = range_text && range_text[0] ? strtoll(range_text, NULL, 10) : 0;
+    if (range >= 4096 && (unsigned long long)range < info->max_storage_buffer_range)
+        info->max_storage_buffer_range = (uint64_t)range & ~(uint64_t)3;
     /* TORCHBURN_VULKAN_MAX_WORKGROUPS=N (tests) caps the dispatch size so every grid-stride loop runs
      * several rounds on small inputs, without dispatching 65,536 real workgroups */
     const char *cap_text = getenv("TORCHBURN_VULKAN_MAX_WORKGROUPS");
@@ -230,6 +240,13 @@ static void record_facts(void) {
                                                    .pNext = &subgroup};
         tb_vk.GetPhysicalDeviceProperties2(tb_vk.physical, &properties2);
         info->subgroup_size = subgroup.subgroupSize;
+        /* the *_subgroup shaders need Vulkan 1.1 SPIR-V and subgroup basic, vote and arithmetic in compute */
+        const VkSubgroupFeatureFlags needed =
+            VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+        info->subgroup_reductions = tb_vk.instance_version >= VK_API_VERSION_1_1 &&
+                                    (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                                    (subgroup.supportedOperations & needed) == needed &&
+                                    !env_flag("TORCHBURN_VULKAN_NO_SUBGROUP");
         if (properties.apiVersion >= VK_API_VERSION_1_2) {
             snprintf(info->driver_name, sizeof info->driver_name, "%s", driver.driverName);
             snprintf(info->driver_info, sizeof info->driver_info, "%s", driver.driverInfo);
@@ -240,6 +257,14 @@ static void record_facts(void) {
     for (uint32_t h = 0; h < memory.memoryHeapCount; h++)
         if (memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
             info->vram_bytes += memory.memoryHeaps[h].size;
+    /* staging mode when the device has memory the host cannot map (a discrete GPU's VRAM), or on request */
+    tb_vk.staging = env_flag("TORCHBURN_VULKAN_FORCE_STAGING");
+    for (uint32_t t = 0; t < memory.memoryTypeCount; t++) {
+        VkMemoryPropertyFlags flags = memory.memoryTypes[t].propertyFlags;
+        if ((flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && !(flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+            tb_vk.staging = true;
+    }
+    info->staging = tb_vk.staging;
 }
 
 static tb_status create_device(void) {

@@ -1,14 +1,20 @@
-/* The vulkan engine's operations: buffers (host-visible, host-coherent memory, mapped once, recycled
- * through a small pool), compute pipelines built on first use from the committed SPIR-V, and run(),
- * which records a whole op sequence into one command buffer (a barrier between consecutive ops) and
- * submits it once.
+/* The vulkan engine's operations: buffers (recycled through a small pool), compute pipelines built on
+ * first use from the committed SPIR-V, and run(), which records a whole op sequence into one command
+ * buffer (a barrier between consecutive ops) and submits it once.
  *
- * Memory: every buffer prefers a DEVICE_LOCAL + HOST_VISIBLE type (integrated GPUs, resizable BAR,
- * lavapipe) and otherwise takes plain HOST_VISIBLE memory, so uploads and downloads are memcpy and no
- * staging copies exist; a discrete GPU without resizable BAR then reads its operands over PCIe.
+ * Memory, two modes fixed at init (tb_vk.staging):
+ *  - mapped (no memory type is device-local without being host-visible: integrated GPUs, lavapipe):
+ *    buffers take HOST_VISIBLE + HOST_COHERENT memory, preferring DEVICE_LOCAL, mapped once, so uploads
+ *    and downloads are memcpy;
+ *  - staging (a discrete GPU: some DEVICE_LOCAL type the host cannot map; or forced with
+ *    TORCHBURN_VULKAN_FORCE_STAGING=1, how lavapipe tests it): buffers take device-local memory and an
+ *    upload is memcpy into one mapped staging buffer + vkCmdCopyBuffer, a download the reverse, in
+ *    chunks of at most TB_VK_STAGING_MAX bytes, each chunk its own submit (counted in `transfers`).
+ *    Barriers: shader reads/writes -> transfer before each copy (earlier runs), transfer -> shader
+ *    reads/writes after an upload and transfer -> host read after a download.
  * Limits honoured: every bound operand must fit maxStorageBufferRange (larger ones are refused by
- * supports_op, not split); dispatch sizes are capped at maxComputeWorkGroupCount and the shaders loop
- * over the rest (grid-stride). */
+ * supports_op; the LLM splits its weights to fit); dispatch sizes are capped at
+ * maxComputeWorkGroupCount and the shaders loop over the rest (grid-stride). */
 #ifdef TB_HAVE_VULKAN_HEADERS
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +37,8 @@ typedef struct vk_buffer_record {
 
 static void destroy_record(vk_buffer_record *record) {
     if (record->vk.memory) {
-        tb_vk.UnmapMemory(tb_vk.device, record->vk.memory);
+        if (record->header.host)
+            tb_vk.UnmapMemory(tb_vk.device, record->vk.memory);
         tb_vk.FreeMemory(tb_vk.device, record->vk.memory, NULL);
     }
     if (record->vk.buffer)
@@ -44,18 +51,34 @@ void tb_vk_pool_drain_locked(void) {
         destroy_record((vk_buffer_record *)tb_vk.pool[i]);
     tb_vk.pool_count = 0;
     tb_vk.pool_bytes = 0;
+    if (tb_vk.staging_buffer)
+        destroy_record((vk_buffer_record *)tb_vk.staging_buffer);
+    tb_vk.staging_buffer = NULL;
 }
 
-static bool pick_memory_type(uint32_t allowed, uint32_t *out) {
+/* How buffers use memory: engine buffers in staging mode (device-local, unmapped), engine buffers
+ * otherwise (mapped, device-local preferred), the staging buffer (mapped, host-cached preferred for
+ * reading results back). */
+typedef enum memory_use { MEMORY_DEVICE, MEMORY_MAPPED, MEMORY_STAGING } memory_use;
+
+static bool pick_memory_type(uint32_t allowed, memory_use use, uint32_t *out) {
     VkPhysicalDeviceMemoryProperties memory;
     tb_vk.GetPhysicalDeviceMemoryProperties(tb_vk.physical, &memory);
-    const VkMemoryPropertyFlags need = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const VkMemoryPropertyFlags mapped = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const VkMemoryPropertyFlags need = use == MEMORY_DEVICE ? 0 : mapped;
     int best = -1, best_score = -1;
     for (uint32_t t = 0; t < memory.memoryTypeCount; t++) {
         VkMemoryPropertyFlags flags = memory.memoryTypes[t].propertyFlags;
         if (!(allowed & (1u << t)) || (flags & need) != need)
             continue;
-        int score = (flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) ? 2 : 1;
+        const bool local = flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, visible = flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+        int score = 1;
+        if (use == MEMORY_DEVICE)
+            score = local ? (visible ? 2 : 3) : 1; /* VRAM the host cannot map first (not the small BAR window) */
+        else if (use == MEMORY_MAPPED)
+            score = local ? 2 : 1;
+        else
+            score = (flags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 2 : 1;
         if (score > best_score) {
             best = (int)t;
             best_score = score;
@@ -67,12 +90,14 @@ static bool pick_memory_type(uint32_t allowed, uint32_t *out) {
     return true;
 }
 
-static tb_status create_record(VkDeviceSize capacity, vk_buffer_record **out) {
+static tb_status create_record(VkDeviceSize capacity, memory_use use, vk_buffer_record **out) {
     vk_buffer_record *record = calloc(1, sizeof *record);
     if (!record)
         return tb_error_set(TB_ERR_OUT_OF_MEMORY, "vulkan: out of memory for a buffer record");
     VkBufferCreateInfo create = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = capacity,
-                                 .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+                                 .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                          VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                 .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VkResult result = tb_vk.CreateBuffer(tb_vk.device, &create, NULL, &record->vk.buffer);
     if (result != VK_SUCCESS) {
         free(record);
@@ -81,9 +106,10 @@ static tb_status create_record(VkDeviceSize capacity, vk_buffer_record **out) {
     VkMemoryRequirements requirements;
     tb_vk.GetBufferMemoryRequirements(tb_vk.device, record->vk.buffer, &requirements);
     uint32_t type;
-    if (!pick_memory_type(requirements.memoryTypeBits, &type)) {
+    if (!pick_memory_type(requirements.memoryTypeBits, use, &type)) {
         destroy_record(record);
-        return tb_error_set(TB_ERR_UNSUPPORTED, "vulkan: the device has no host-visible coherent memory for buffers");
+        return tb_error_set(TB_ERR_UNSUPPORTED, "vulkan: the device has no %s memory for buffers",
+                            use == MEMORY_DEVICE ? "usable" : "host-visible coherent");
     }
     VkMemoryAllocateInfo allocate = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
                                      .allocationSize = requirements.size, .memoryTypeIndex = type};
@@ -94,10 +120,12 @@ static tb_status create_record(VkDeviceSize capacity, vk_buffer_record **out) {
         return tb_vk_fail(result, "vkAllocateMemory");
     }
     if ((result = tb_vk.BindBufferMemory(tb_vk.device, record->vk.buffer, record->vk.memory, 0)) != VK_SUCCESS ||
-        (result = tb_vk.MapMemory(tb_vk.device, record->vk.memory, 0, VK_WHOLE_SIZE, 0, &record->header.host)) !=
-            VK_SUCCESS) {
+        (use != MEMORY_DEVICE &&
+         (result = tb_vk.MapMemory(tb_vk.device, record->vk.memory, 0, VK_WHOLE_SIZE, 0, &record->header.host)) !=
+             VK_SUCCESS)) {
         tb_vk.FreeMemory(tb_vk.device, record->vk.memory, NULL);
         record->vk.memory = VK_NULL_HANDLE;
+        record->header.host = NULL;
         destroy_record(record);
         return tb_vk_fail(result, "binding or mapping buffer memory");
     }
@@ -142,7 +170,7 @@ static tb_status vk_alloc(size_t bytes, tb_engine_buffer **out) {
             tb_vk.pool_bytes -= record->vk.capacity;
             tb_vk.pool[best] = tb_vk.pool[--tb_vk.pool_count];
         } else {
-            status = create_record(capacity, &record);
+            status = create_record(capacity, tb_vk.staging ? MEMORY_DEVICE : MEMORY_MAPPED, &record);
         }
     }
     if (status == TB_OK) {
@@ -171,22 +199,123 @@ static void vk_free(tb_engine_buffer *buffer) {
     pthread_mutex_unlock(&tb_vk_lock);
 }
 
+/* Submits the recorded command buffer and waits for it. */
+static tb_status submit_and_wait(void) {
+    VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
+                           .pCommandBuffers = &tb_vk.command_buffer};
+    VkResult result = tb_vk.QueueSubmit(tb_vk.queue, 1, &submit, tb_vk.fence);
+    if (result != VK_SUCCESS)
+        return tb_vk_fail(result, "vkQueueSubmit");
+    result = tb_vk.WaitForFences(tb_vk.device, 1, &tb_vk.fence, VK_TRUE, UINT64_MAX);
+    tb_vk.ResetFences(tb_vk.device, 1, &tb_vk.fence);
+    return result == VK_SUCCESS ? TB_OK : tb_vk_fail(result, "vkWaitForFences");
+}
+
+static tb_status begin_commands(void) {
+    tb_vk.ResetCommandPool(tb_vk.device, tb_vk.command_pool, 0);
+    VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                      .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkResult result = tb_vk.BeginCommandBuffer(tb_vk.command_buffer, &begin);
+    return result == VK_SUCCESS ? TB_OK : tb_vk_fail(result, "vkBeginCommandBuffer");
+}
+
+static void memory_barrier(VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
+                           VkAccessFlags dst_access) {
+    VkMemoryBarrier memory = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = src_access,
+                              .dstAccessMask = dst_access};
+    tb_vk.CmdPipelineBarrier(tb_vk.command_buffer, src_stage, dst_stage, 0, 1, &memory, 0, NULL, 0, NULL);
+}
+
+/* One staging copy of `bytes` at `offset` of `buffer`: into it (upload) from the staging buffer's start,
+ * or out of it into the staging buffer. Caller holds the lock and has filled / will read the staging. */
+static tb_status staging_copy(const tb_engine_buffer *buffer, size_t offset, size_t bytes, bool upload) {
+    TB_TRY(begin_commands());
+    const VkAccessFlags shader = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    /* earlier runs' shader accesses of the buffer finish (and their writes are visible) before the copy */
+    memory_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, shader, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   upload ? VK_ACCESS_TRANSFER_WRITE_BIT : VK_ACCESS_TRANSFER_READ_BIT);
+    const VkBuffer device = ((const tb_vk_buffer *)buffer->backend)->buffer;
+    const VkBuffer staging = ((const tb_vk_buffer *)tb_vk.staging_buffer->backend)->buffer;
+    VkBufferCopy region = {.srcOffset = upload ? 0 : offset, .dstOffset = upload ? offset : 0, .size = bytes};
+    tb_vk.CmdCopyBuffer(tb_vk.command_buffer, upload ? staging : device, upload ? device : staging, 1, &region);
+    if (upload) /* later runs' shaders see the copied bytes */
+        memory_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                       shader);
+    else /* the host sees them in the mapped staging buffer */
+        memory_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                       VK_ACCESS_HOST_READ_BIT);
+    VkResult result = tb_vk.EndCommandBuffer(tb_vk.command_buffer);
+    if (result != VK_SUCCESS)
+        return tb_vk_fail(result, "vkEndCommandBuffer");
+    TB_TRY(submit_and_wait());
+    tb_vk.info.transfers++;
+    return TB_OK;
+}
+
+/* Moves bytes between host memory and a device-local buffer through the staging buffer, in chunks.
+ * Caller holds the lock. */
+static tb_status staging_transfer(const tb_engine_buffer *buffer, size_t offset, void *host, size_t bytes, bool upload) {
+    const size_t chunk_max = TB_VK_STAGING_MAX;
+    size_t want = bytes < chunk_max ? bytes : chunk_max;
+    want = (want + 255) & ~(size_t)255;
+    if (!tb_vk.staging_buffer || ((vk_buffer_record *)tb_vk.staging_buffer)->vk.capacity < want) {
+        if (tb_vk.staging_buffer)
+            destroy_record((vk_buffer_record *)tb_vk.staging_buffer);
+        tb_vk.staging_buffer = NULL;
+        vk_buffer_record *record = NULL;
+        tb_status status = create_record(want, MEMORY_STAGING, &record);
+        if (status != TB_OK)
+            return tb_error_prefix(status, "vulkan: the staging buffer");
+        record->header.engine = &tb_engine_vulkan;
+        record->header.bytes = want;
+        record->header.backend = &record->vk;
+        tb_vk.staging_buffer = &record->header;
+    }
+    const size_t capacity = (size_t)((vk_buffer_record *)tb_vk.staging_buffer)->vk.capacity;
+    for (size_t done = 0; done < bytes;) {
+        const size_t n = bytes - done < capacity ? bytes - done : capacity;
+        if (upload)
+            memcpy(tb_vk.staging_buffer->host, (const char *)host + done, n); /* coherent: the submit publishes it */
+        TB_TRY(staging_copy(buffer, offset + done, n, upload));
+        if (!upload)
+            memcpy((char *)host + done, tb_vk.staging_buffer->host, n);
+        done += n;
+    }
+    return TB_OK;
+}
+
 static tb_status vk_upload(tb_engine_buffer *buffer, size_t offset, const void *src, size_t bytes) {
     if (offset > buffer->bytes || bytes > buffer->bytes - offset)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "vulkan: upload of %zu bytes at %zu overruns a %zu-byte buffer",
                             bytes, offset, buffer->bytes);
-    if (bytes)
-        memcpy((char *)buffer->host + offset, src, bytes); /* coherent memory; run() waits, so nothing is in flight */
-    return TB_OK;
+    if (bytes == 0)
+        return TB_OK;
+    pthread_mutex_lock(&tb_vk_lock);
+    tb_vk.info.upload_bytes += bytes;
+    tb_status status = TB_OK;
+    if (buffer->host) /* mapped, coherent memory; run() waits, so nothing is in flight */
+        memcpy((char *)buffer->host + offset, src, bytes);
+    else
+        status = staging_transfer(buffer, offset, (void *)src, bytes, true);
+    pthread_mutex_unlock(&tb_vk_lock);
+    return status == TB_OK ? TB_OK : tb_error_prefix(status, "vulkan: uploading %zu bytes", bytes);
 }
 
 static tb_status vk_download(const tb_engine_buffer *buffer, size_t offset, void *dst, size_t bytes) {
     if (offset > buffer->bytes || bytes > buffer->bytes - offset)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "vulkan: download of %zu bytes at %zu overruns a %zu-byte buffer",
                             bytes, offset, buffer->bytes);
-    if (bytes)
+    if (bytes == 0)
+        return TB_OK;
+    pthread_mutex_lock(&tb_vk_lock);
+    tb_vk.info.download_bytes += bytes;
+    tb_status status = TB_OK;
+    if (buffer->host)
         memcpy(dst, (const char *)buffer->host + offset, bytes);
-    return TB_OK;
+    else
+        status = staging_transfer(buffer, offset, dst, bytes, false);
+    pthread_mutex_unlock(&tb_vk_lock);
+    return status == TB_OK ? TB_OK : tb_error_prefix(status, "vulkan: downloading %zu bytes", bytes);
 }
 
 /* ---- ops ---- */
@@ -237,10 +366,14 @@ static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
     static const char *const names[TB_VK_KERNEL_COUNT] = {"binary",   "gemv",     "layer_norm",    "matmul",
                                                           "rms_norm", "softmax",  "unary",         "qmatmul",
                                                           "llm_rope", "llm_attention", "silu_mul"};
+    /* the subgroup-reduction variant where the device has it (and the kernel reduces), else the plain one */
+    char variant[48];
+    snprintf(variant, sizeof variant, "%s_subgroup", names[kernel]);
     const tb_spirv_shader *shader = NULL;
-    for (int i = 0; i < tb_spirv_shader_count && !shader; i++)
-        if (strcmp(tb_spirv_shaders[i].name, names[kernel]) == 0)
-            shader = &tb_spirv_shaders[i];
+    for (int pass = tb_vk.info.subgroup_reductions ? 0 : 1; pass < 2 && !shader; pass++)
+        for (int i = 0; i < tb_spirv_shader_count && !shader; i++)
+            if (strcmp(tb_spirv_shaders[i].name, pass == 0 ? variant : names[kernel]) == 0)
+                shader = &tb_spirv_shaders[i];
     if (!shader)
         return tb_error_set(TB_ERR_INTERNAL, "vulkan: no SPIR-V for kernel '%s'", names[kernel]);
     VkShaderModuleCreateInfo module_create = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -349,6 +482,8 @@ static tb_status record_op(const tb_engine_op *op) {
         push[2] = (uint32_t)op->k;
         push[3] = op->trans_b ? 1u : 0u;
         push[4] = op->c ? 1u : 0u;
+        push[5] = (uint32_t)tb_engine_op_y_stride(op);
+        push[6] = (uint32_t)op->y_col0;
         if (gemv) { /* shaders/gemv.comp: a workgroup per column (trans_b) or per 64 columns */
             gx = groups(op->n, op->trans_b ? 1 : 64, limit[0]);
         } else { /* 64x64 tiles (shaders/matmul.comp) */
@@ -363,6 +498,8 @@ static tb_status record_op(const tb_engine_op *op) {
         push[3] = (uint32_t)op->code;
         push[4] = op->c ? 1u : 0u;
         push[5] = (uint32_t)op->llm.group;
+        push[6] = (uint32_t)tb_engine_op_y_stride(op);
+        push[7] = (uint32_t)op->y_col0;
         gx = groups(op->n, 1, limit[0]);
         break;
     case TB_ENGINE_OP_LLM_ROPE:
@@ -409,10 +546,7 @@ static tb_status record_op(const tb_engine_op *op) {
 }
 
 static void barrier(VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
-    VkMemoryBarrier memory = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                              .dstAccessMask = dst_access};
-    tb_vk.CmdPipelineBarrier(tb_vk.command_buffer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst_stage, 0, 1, &memory, 0,
-                             NULL, 0, NULL);
+    memory_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, dst_stage, dst_access);
 }
 
 static tb_status run_locked(const tb_engine_op *ops, int count) {
@@ -432,12 +566,7 @@ static tb_status run_locked(const tb_engine_op *ops, int count) {
     if (dispatches == 0)
         return TB_OK;
     TB_TRY(ensure_descriptor_pool((uint32_t)dispatches));
-    tb_vk.ResetCommandPool(tb_vk.device, tb_vk.command_pool, 0);
-    VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                      .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    VkResult result = tb_vk.BeginCommandBuffer(tb_vk.command_buffer, &begin);
-    if (result != VK_SUCCESS)
-        return tb_vk_fail(result, "vkBeginCommandBuffer");
+    TB_TRY(begin_commands());
     tb_status status = TB_OK;
     int recorded = 0;
     for (int i = 0; i < count && status == TB_OK; i++) {
@@ -451,19 +580,12 @@ static tb_status run_locked(const tb_engine_op *ops, int count) {
         recorded++;
     }
     barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT); /* results visible to the mapped pointers */
-    result = tb_vk.EndCommandBuffer(tb_vk.command_buffer);
+    VkResult result = tb_vk.EndCommandBuffer(tb_vk.command_buffer);
     if (status != TB_OK)
         return status;
     if (result != VK_SUCCESS)
         return tb_vk_fail(result, "vkEndCommandBuffer");
-    VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
-                           .pCommandBuffers = &tb_vk.command_buffer};
-    if ((result = tb_vk.QueueSubmit(tb_vk.queue, 1, &submit, tb_vk.fence)) != VK_SUCCESS)
-        return tb_vk_fail(result, "vkQueueSubmit");
-    result = tb_vk.WaitForFences(tb_vk.device, 1, &tb_vk.fence, VK_TRUE, UINT64_MAX);
-    tb_vk.ResetFences(tb_vk.device, 1, &tb_vk.fence);
-    if (result != VK_SUCCESS)
-        return tb_vk_fail(result, "vkWaitForFences");
+    TB_TRY(submit_and_wait());
     tb_vk.info.submits++;
     tb_vk.info.dispatches += (uint64_t)recorded;
     return TB_OK;

@@ -27,7 +27,7 @@
     X(CreateDescriptorPool) X(DestroyDescriptorPool) X(ResetDescriptorPool) X(AllocateDescriptorSets)      \
     X(UpdateDescriptorSets) X(CreateCommandPool) X(DestroyCommandPool) X(AllocateCommandBuffers)           \
     X(ResetCommandPool) X(BeginCommandBuffer) X(EndCommandBuffer) X(CmdBindPipeline)                      \
-    X(CmdBindDescriptorSets) X(CmdPushConstants) X(CmdDispatch) X(CmdPipelineBarrier) X(QueueSubmit)        \
+    X(CmdBindDescriptorSets) X(CmdPushConstants) X(CmdDispatch) X(CmdPipelineBarrier) X(CmdCopyBuffer) X(QueueSubmit)        \
     X(CreateFence) X(DestroyFence) X(WaitForFences) X(ResetFences) X(DeviceWaitIdle)
 
 /* The shaders (looked up by name in tb_spirv_shaders when their pipeline is first built). */
@@ -46,14 +46,15 @@ typedef enum tb_vk_kernel {
     TB_VK_KERNEL_COUNT
 } tb_vk_kernel;
 
-/* A device buffer: host-visible, host-coherent memory, mapped for its whole life. */
+/* A device buffer: host-visible, host-coherent memory mapped for its whole life, or (staging mode)
+ * device-local memory the host reaches only through the staging buffer. */
 typedef struct tb_vk_buffer {
     VkBuffer buffer;
     VkDeviceMemory memory;
     VkDeviceSize capacity;
 } tb_vk_buffer;
 
-enum { TB_VK_POOL_SLOTS = 64, TB_VK_BINDINGS = 5, TB_VK_PUSH_BYTES = 64 };
+enum { TB_VK_POOL_SLOTS = 64, TB_VK_BINDINGS = 5, TB_VK_PUSH_BYTES = 64, TB_VK_STAGING_MAX = 16 << 20 };
 
 typedef struct tb_vk_state {
     bool attempted, ready;
@@ -66,11 +67,15 @@ typedef struct tb_vk_state {
     TB_VK_DEVICE_FUNCTIONS(TB_VK_DECLARE)
 #undef TB_VK_DECLARE
     VkInstance instance;
+    uint32_t instance_version; /* the API version the instance was created for */
     VkPhysicalDevice physical;
     VkDevice device;
     VkQueue queue;
     uint32_t queue_family;
-    uint32_t memory_type;
+    /* staging mode (discrete GPUs, or TORCHBURN_VULKAN_FORCE_STAGING=1): buffers are device-local and
+     * uploads/downloads go through `staging` (host-visible, mapped), one transfer submit per chunk */
+    bool staging;
+    tb_engine_buffer *staging_buffer; /* created on first transfer, grown up to TB_VK_STAGING_MAX bytes */
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipeline_layout;
     VkPipeline pipelines[TB_VK_KERNEL_COUNT]; /* created on first use */

@@ -1,6 +1,13 @@
 // Shared helpers of the compute shaders: IEEE-style NaN handling that does not rely on GLSL min/max
 // (whose NaN behaviour is undefined), and a workgroup tree reduction over shared memory.
 // Every shader is a grid-stride loop, so a dispatch never needs more than 65,535 workgroups per dimension.
+// TB_SUBGROUP (the *_subgroup variants tools/gen_spirv.sh builds for Vulkan 1.1) turns on the subgroup
+// extensions reduce.glsl uses; the extension lines must precede every declaration, hence here.
+#ifdef TB_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_vote : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 
 bool tb_isnan(float v) { return v != v; }
 

@@ -13,7 +13,8 @@ layout(std430, set = 0, binding = 0) readonly buffer InputA { float a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer InputB { float b[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Output { float y[]; };
-layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; } p;
+// y_stride, y_col0: the output is columns [y_col0, y_col0 + n) of rows y_stride floats apart
+layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; uint y_stride; uint y_col0; } p;
 
 shared float tb_scratch[TB_WG];
 #include "reduce.glsl"
@@ -28,7 +29,7 @@ void main() {
                     s = fma(a[row * p.k + kk], b[col * p.k + kk], s);
                 s = tb_workgroup_sum(s);
                 if (t == 0u)
-                    y[row * p.n + col] = p.has_bias != 0u ? s + bias[col] : s;
+                    y[row * p.y_stride + p.y_col0 + col] = p.has_bias != 0u ? s + bias[col] : s;
             }
         }
     } else {
@@ -37,7 +38,7 @@ void main() {
                 float s = 0.0;
                 for (uint kk = 0u; kk < p.k; kk++)
                     s = fma(a[row * p.k + kk], b[kk * p.n + col], s);
-                y[row * p.n + col] = p.has_bias != 0u ? s + bias[col] : s;
+                y[row * p.y_stride + p.y_col0 + col] = p.has_bias != 0u ? s + bias[col] : s;
             }
         }
     }

@@ -9,7 +9,8 @@ layout(std430, set = 0, binding = 0) readonly buffer InputA { float a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer InputB { float b[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Output { float y[]; };
-layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; } p;
+// y_stride, y_col0: the output is columns [y_col0, y_col0 + n) of rows y_stride floats apart
+layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; uint y_stride; uint y_col0; } p;
 
 shared float tile_a[16][64]; // [k][row in tile]
 shared float tile_b[16][64]; // [k][column in tile]
@@ -60,7 +61,7 @@ void main() {
                 for (uint j = 0u; j < 4u; j++) {
                     uint col = tn * 64u + tx + 16u * j;
                     if (row < p.m && col < p.n)
-                        y[row * p.n + col] = p.has_bias != 0u ? acc[i][j] + bias[col] : acc[i][j];
+                        y[row * p.y_stride + p.y_col0 + col] = p.has_bias != 0u ? acc[i][j] + bias[col] : acc[i][j];
                 }
             }
         }

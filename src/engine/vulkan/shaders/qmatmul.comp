@@ -16,7 +16,11 @@ layout(std430, set = 0, binding = 1) readonly buffer Weights { uint w[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Output { float y[]; };
 layout(std430, set = 0, binding = 4) readonly buffer Scales { float scales[]; };
-layout(push_constant) uniform Params { uint m; uint n; uint k; uint code; uint has_bias; uint group; } p;
+// y_stride, y_col0: the output is columns [y_col0, y_col0 + n) of rows y_stride floats apart (a weight
+// split by rows runs once per part, each part into its own columns)
+layout(push_constant) uniform Params {
+    uint m; uint n; uint k; uint code; uint has_bias; uint group; uint y_stride; uint y_col0;
+} p;
 
 shared float tb_scratch[TB_WG];
 #include "reduce.glsl"
@@ -47,7 +51,7 @@ void main() {
             for (uint r = 0u; r < rows; r++) {
                 float s = tb_workgroup_sum(acc[r]);
                 if (t == 0u)
-                    y[(row0 + r) * p.n + col] = p.has_bias != 0u ? s + bias[col] : s;
+                    y[(row0 + r) * p.y_stride + p.y_col0 + col] = p.has_bias != 0u ? s + bias[col] : s;
             }
         }
     }
