@@ -317,6 +317,13 @@ TB_API int tb_plan_num_steps(const tb_plan *plan);
  * no Python). Errors (e.g. an index out of range) leave the outputs unspecified. */
 TB_API TB_NODISCARD tb_status tb_plan_run(const tb_plan *plan, void *const *inputs, void *const *outputs);
 
+/* tb_plan_run with the storage each input lives in (input_storages may be NULL, or hold NULL for
+ * inputs whose storage is not known): steps may then cache data derived from an input on its
+ * storage, validated by the storage's version (the GEMM keeps a packed copy of a weight). */
+struct tb_storage;
+TB_API TB_NODISCARD tb_status tb_plan_run_storages(const tb_plan *plan, void *const *inputs,
+                                                   struct tb_storage *const *input_storages, void *const *outputs);
+
 /* tb_plan_run that also adds each step's wall time in seconds to step_seconds[s] (tb_plan_num_steps
  * entries): profiling. */
 TB_API TB_NODISCARD tb_status tb_plan_run_profiled(const tb_plan *plan, void *const *inputs, void *const *outputs,

@@ -33,7 +33,30 @@ typedef struct tb_storage {
     void *release_context;
     uint64_t version;              /* bumped by in-place writes: the eager layer's autograd version
                                       counter, shared by every view of the storage */
+    atomic_bool exported;          /* the raw memory was handed out (DLPack, buffer protocol, numpy,
+                                      data_ptr): writes may now bypass `version` */
+    _Atomic(struct tb_storage_derived *) derived; /* cache of data computed from these bytes */
 } tb_storage;
+
+/* Data derived from a storage's bytes and cached with it (e.g. a prepacked GEMM operand). The owner
+ * validates it against `version` (and whatever layout it keyed on) before use; it is freed with the
+ * storage. */
+typedef struct tb_storage_derived {
+    void (*free)(struct tb_storage_derived *self);
+} tb_storage_derived;
+
+/* Whether derived data of `storage` may be cached: its memory is torchburn's own (tb_storage_new) and
+ * was never exported, so every write to it goes through code that bumps `version`. Memory wrapped
+ * from elsewhere (numpy, DLPack, torch) or exported can change behind our back: never cached. */
+TB_API bool tb_storage_cacheable(const tb_storage *storage);
+/* Marks the raw memory as handed out (the export paths call it); caching stops for good. */
+TB_API void tb_storage_mark_exported(tb_storage *storage);
+/* Takes the cached derived data (NULL when none): the caller owns it until it puts it back, so two
+ * threads never use one cache entry at once. */
+TB_API tb_storage_derived *tb_storage_derived_take(tb_storage *storage);
+/* Puts `derived` (may be NULL) back as the storage's cache; when the storage is not cacheable or
+ * another thread put one back first, `derived` is freed instead. */
+TB_API void tb_storage_derived_put(tb_storage *storage, tb_storage_derived *derived);
 
 typedef struct tb_tensor {
     tb_storage *storage;

@@ -283,6 +283,35 @@ class Generator:
 _initial_seed = [67280421310721]
 
 
+def set_num_threads(n: _py_int) -> None:
+    """Threads the C kernels use (torch.set_num_threads: one pool serves every op)."""
+    n = _py_int(n)
+    if n < 1:
+        raise RuntimeError("set_num_threads expects a positive integer")
+    _C.set_num_threads(n)
+
+
+def get_num_threads() -> _py_int:
+    return _C.get_num_threads()
+
+
+_interop_threads: Optional[_py_int] = None  # None: torch's default, the physical core count
+
+
+def set_num_interop_threads(n: _py_int) -> None:
+    """Accepted for compatibility: turbo_torch runs ops on the caller's thread (no inter-op pool), so the
+    value is only remembered and reported."""
+    global _interop_threads
+    n = _py_int(n)
+    if n < 1:
+        raise RuntimeError("set_num_interop_threads expects a positive integer")
+    _interop_threads = n
+
+
+def get_num_interop_threads() -> _py_int:
+    return _interop_threads if _interop_threads is not None else _py_int(_C.cpu_info()["physical_cores"])
+
+
 def manual_seed(seed: _py_int) -> Generator:
     """Seeds the global generator (reproducible within turbo_torch; streams differ from PyTorch's)."""
     _initial_seed[0] = _py_int(seed)

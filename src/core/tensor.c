@@ -21,6 +21,8 @@ tb_status tb_storage_wrap(void *data, size_t nbytes, bool read_only, tb_storage_
     storage->release = release;
     storage->release_context = release_context;
     storage->version = 0;
+    atomic_init(&storage->exported, false);
+    atomic_init(&storage->derived, NULL);
     *out = storage;
     return TB_OK;
 }
@@ -50,9 +52,48 @@ void tb_storage_release(tb_storage *storage) {
         return;
     if (atomic_fetch_sub_explicit(&storage->refcount, 1, memory_order_acq_rel) != 1)
         return;
+    tb_storage_derived *derived = atomic_load_explicit(&storage->derived, memory_order_acquire);
+    if (derived)
+        derived->free(derived);
     if (storage->release)
         storage->release(storage->release_context, storage->data, storage->nbytes);
     tb_free(storage);
+}
+
+bool tb_storage_cacheable(const tb_storage *storage) {
+    return storage && storage->release == release_tb_alloc && !storage->read_only &&
+           !atomic_load_explicit(&storage->exported, memory_order_acquire);
+}
+
+void tb_storage_mark_exported(tb_storage *storage) {
+    if (!storage)
+        return;
+    atomic_store_explicit(&storage->exported, true, memory_order_release);
+    tb_storage_derived *derived = atomic_exchange_explicit(&storage->derived, NULL, memory_order_acq_rel);
+    if (derived)
+        derived->free(derived);
+}
+
+tb_storage_derived *tb_storage_derived_take(tb_storage *storage) {
+    return storage ? atomic_exchange_explicit(&storage->derived, NULL, memory_order_acq_rel) : NULL;
+}
+
+void tb_storage_derived_put(tb_storage *storage, tb_storage_derived *derived) {
+    if (!derived)
+        return;
+    tb_storage_derived *expected = NULL;
+    if (!tb_storage_cacheable(storage) ||
+        !atomic_compare_exchange_strong_explicit(&storage->derived, &expected, derived, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        derived->free(derived);
+        return;
+    }
+    /* exported between the check and the store: take it back out */
+    if (atomic_load_explicit(&storage->exported, memory_order_acquire)) {
+        tb_storage_derived *mine = atomic_exchange_explicit(&storage->derived, NULL, memory_order_acq_rel);
+        if (mine)
+            mine->free(mine);
+    }
 }
 
 /* ---- shapes ---- */

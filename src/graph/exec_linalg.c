@@ -119,7 +119,9 @@ static tb_status exec_matmul(const tb_exec_context *context, const tb_step *step
         desc.b = b_base + offsets[1];
         desc.c = c_base + offsets[2];
         desc.residual = r_base ? r_base + offsets[3] : NULL;
-        TB_TRY(tb_gemm_f32(&desc));
+        /* B read straight from an input of known storage (a weight): its packed copy can be kept */
+        tb_storage *b_storage = outer == 1 ? tb_exec_input_storage(context, step->inputs[1]) : NULL;
+        TB_TRY(b_storage ? tb_gemm_f32_cached_b(&desc, b_storage) : tb_gemm_f32(&desc));
     }
     return TB_OK;
 }

@@ -149,7 +149,11 @@ typedef struct tb_exec_context {
     const struct tb_plan *plan;
     char **bases;        /* arena, inputs, outputs, dynamic results (bound as their steps run) */
     tb_tensor *dynamic;  /* the adopted results, released when the run ends */
+    struct tb_storage *const *input_storages; /* per input, its storage when known (else NULL); may be NULL */
 } tb_exec_context;
+
+/* The storage a loc reads straight from, when it is a plan input of known storage (else NULL). */
+static inline struct tb_storage *tb_exec_input_storage(const tb_exec_context *context, int loc);
 
 struct tb_step;
 typedef tb_status (*tb_step_fn)(const tb_exec_context *context, const struct tb_step *step);
@@ -237,6 +241,12 @@ static inline void *tb_exec_ptr(const tb_exec_context *context, int loc) {
 }
 static inline const tb_value_info *tb_exec_info(const tb_exec_context *context, int loc) {
     return &context->plan->locs[loc].info;
+}
+static inline struct tb_storage *tb_exec_input_storage(const tb_exec_context *context, int loc) {
+    if (loc < 0 || !context->input_storages)
+        return NULL;
+    int base = context->plan->locs[loc].base;
+    return base >= 1 && base <= context->plan->ninputs ? context->input_storages[base - 1] : NULL;
 }
 
 /* A tb_tensor view over a loc without taking ownership: the storage lives in `storage` (on the

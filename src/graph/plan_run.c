@@ -43,17 +43,24 @@ const char *tb_plan_step_kernel(const tb_plan *plan, int step) {
     return (step >= 0 && step < plan->nsteps) ? plan->steps[step].kernel : "";
 }
 
-static tb_status run(const tb_plan *plan, void *const *inputs, void *const *outputs, double *step_seconds);
+static tb_status run(const tb_plan *plan, void *const *inputs, struct tb_storage *const *input_storages,
+                     void *const *outputs, double *step_seconds);
 
 tb_status tb_plan_run(const tb_plan *plan, void *const *inputs, void *const *outputs) {
-    return run(plan, inputs, outputs, NULL);
+    return run(plan, inputs, NULL, outputs, NULL);
+}
+
+tb_status tb_plan_run_storages(const tb_plan *plan, void *const *inputs, struct tb_storage *const *input_storages,
+                               void *const *outputs) {
+    return run(plan, inputs, input_storages, outputs, NULL);
 }
 
 tb_status tb_plan_run_profiled(const tb_plan *plan, void *const *inputs, void *const *outputs, double *step_seconds) {
-    return run(plan, inputs, outputs, step_seconds);
+    return run(plan, inputs, NULL, outputs, step_seconds);
 }
 
-static tb_status run(const tb_plan *plan, void *const *inputs, void *const *outputs, double *step_seconds) {
+static tb_status run(const tb_plan *plan, void *const *inputs, struct tb_storage *const *input_storages,
+                     void *const *outputs, double *step_seconds) {
     enum { STACK_BASES = 64 };
     char *stack_bases[STACK_BASES];
     int nbases = 1 + plan->ninputs + plan->noutputs + plan->ndynamic;
@@ -85,7 +92,7 @@ static tb_status run(const tb_plan *plan, void *const *inputs, void *const *outp
             bases[1 + plan->ninputs + j] = outputs[j];
         for (int k = 0; k < plan->ndynamic; k++)
             bases[1 + plan->ninputs + plan->noutputs + k] = NULL;
-        tb_exec_context context = {.plan = plan, .bases = bases, .dynamic = dynamic};
+        tb_exec_context context = {.plan = plan, .bases = bases, .dynamic = dynamic, .input_storages = input_storages};
         for (int s = 0; s < plan->nsteps; s++) {
             const tb_step *step = &plan->steps[s];
             double start = step_seconds ? now_seconds() : 0.0;
@@ -117,6 +124,7 @@ tb_status tb_plan_run_tensors(const tb_plan *plan, const tb_tensor *inputs, tb_t
     if (plan->ninputs > MAX_IO || plan->noutputs > MAX_IO)
         return tb_error_set(TB_ERR_UNSUPPORTED, "plan: too many inputs or outputs for tb_plan_run_tensors");
     void *in_ptrs[MAX_IO], *out_ptrs[MAX_IO];
+    tb_storage *in_storages[MAX_IO];
     for (int i = 0; i < plan->ninputs; i++) {
         const tb_tensor *t = &inputs[i];
         if (!tb_plan_input_matches(plan, i, t->dtype, t->ndim, t->shape, t->strides)) {
@@ -127,6 +135,7 @@ tb_status tb_plan_run_tensors(const tb_plan *plan, const tb_tensor *inputs, tb_t
                                 tb_dtype_name(info->dtype), tb_shape_string(info->ndim, info->shape, want, sizeof want));
         }
         in_ptrs[i] = tb_tensor_data(t);
+        in_storages[i] = t->storage;
     }
     for (int j = 0; j < plan->noutputs; j++) {
         const tb_value_info *info = &plan->output_info[j];
@@ -138,7 +147,7 @@ tb_status tb_plan_run_tensors(const tb_plan *plan, const tb_tensor *inputs, tb_t
         }
         out_ptrs[j] = tb_tensor_data(&outputs[j]);
     }
-    tb_status status = tb_plan_run(plan, in_ptrs, out_ptrs);
+    tb_status status = tb_plan_run_storages(plan, in_ptrs, in_storages, out_ptrs);
     if (status != TB_OK)
         for (int j = 0; j < plan->noutputs; j++)
             tb_tensor_release(&outputs[j]);

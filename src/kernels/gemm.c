@@ -139,17 +139,122 @@ static void pack_a_block(const gemm_job *job, const float *a, int64_t rows, int6
     }
 }
 
-static void pack_b_block(const gemm_job *job, const float *b, int64_t cols, int64_t kc, float *dst) {
-    const tb_gemm_microkernel *uk = job->uk;
+/* Packs columns [0, cols) of a kc-row block of B into consecutive NR-column panels (panel j/NR at
+ * dst + j * kc): the layout run_cell reads, and each k block of a prepacked B. */
+static void pack_b_panels(const tb_gemm_microkernel *uk, const float *b, int64_t row_stride, int64_t col_stride,
+                          int64_t cols, int64_t kc, float *dst) {
     for (int64_t j = 0; j < cols; j += uk->nr) {
         int panel_cols = (int)(cols - j < uk->nr ? cols - j : uk->nr);
-        const float *src = b + j * job->d->b_col_stride;
+        const float *src = b + j * col_stride;
         float *panel = dst + j * kc;
         if (uk->pack_b)
-            uk->pack_b(src, job->d->b_row_stride, job->d->b_col_stride, panel_cols, kc, panel);
+            uk->pack_b(src, row_stride, col_stride, panel_cols, kc, panel);
         else
-            tb_gemm_pack_b_portable(src, job->d->b_row_stride, job->d->b_col_stride, panel_cols, kc, uk->nr, panel);
+            tb_gemm_pack_b_portable(src, row_stride, col_stride, panel_cols, kc, uk->nr, panel);
     }
+}
+
+static void pack_b_block(const gemm_job *job, const float *b, int64_t cols, int64_t kc, float *dst) {
+    pack_b_panels(job->uk, b, job->d->b_row_stride, job->d->b_col_stride, cols, kc, dst);
+}
+
+/* The k block size a product of depth k runs with under blocking kc: a k a little above kc is split
+ * into similar blocks rather than a full one plus a sliver. */
+static int64_t k_block_size(int64_t k, int64_t blocking_kc) {
+    int64_t k_blocks = (k + blocking_kc - 1) / blocking_kc;
+    return (k + k_blocks - 1) / k_blocks;
+}
+
+/* ---- prepacked B ----
+ * Layout: k block q (rows [pc, pc + kcur), kcur = k_block_size) at data + pc * n_pad, as
+ * pack_b_panels lays it out over all n columns; a cell's panels for columns from jc are then at
+ * data + pc * n_pad + jc * kcur, exactly where run_cell would have packed them. */
+struct tb_gemm_packed_b {
+    const tb_gemm_microkernel *uk;
+    int64_t k, n, n_pad;
+    int64_t blocking_kc; /* the blocking kc it was packed under (the k blocks follow from it) */
+    float *data;
+    size_t bytes;
+};
+
+typedef struct pack_b_job {
+    const tb_gemm_microkernel *uk;
+    const float *b;
+    int64_t row_stride, col_stride, k, n, kc, n_pad, panels_per_unit, units_per_block;
+    float *data;
+} pack_b_job;
+
+enum { PACK_UNIT_PANELS = 4 };
+
+static void pack_b_worker(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const pack_b_job *job = context;
+    const int64_t nr = job->uk->nr;
+    for (int64_t unit = begin; unit < end; unit++) {
+        int64_t pc = unit / job->units_per_block * job->kc;
+        int64_t j0 = unit % job->units_per_block * job->panels_per_unit * nr;
+        int64_t kcur = job->k - pc < job->kc ? job->k - pc : job->kc;
+        int64_t cols = job->n - j0 < job->panels_per_unit * nr ? job->n - j0 : job->panels_per_unit * nr;
+        pack_b_panels(job->uk, job->b + pc * job->row_stride + j0 * job->col_stride, job->row_stride,
+                      job->col_stride, cols, kcur, job->data + pc * job->n_pad + j0 * kcur);
+    }
+}
+
+tb_status tb_gemm_pack_b(int64_t k, int64_t n, const float *b, int64_t b_row_stride, int64_t b_col_stride, tb_isa isa,
+                         tb_gemm_precision precision, tb_gemm_packed_b **out) {
+    *out = NULL;
+    if (k < 1 || n < 1 || !b)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "gemm_pack_b: needs k, n >= 1 and B (k=%lld n=%lld B=%s)",
+                            (long long)k, (long long)n, b ? "given" : "NULL");
+    if ((unsigned)isa >= (unsigned)TB_ISA_COUNT || !tb_isa_supported(isa))
+        return tb_error_set(TB_ERR_UNSUPPORTED, "gemm_pack_b: ISA %s is not supported by this CPU",
+                            (unsigned)isa < (unsigned)TB_ISA_COUNT ? tb_isa_name(isa) : "(invalid)");
+    const tb_gemm_microkernel *uk = tb_gemm_microkernel_for_precision(isa, precision);
+    tb_gemm_blocking blocking = tb_gemm_blocking_for(uk);
+    int64_t n_pad = (n + uk->nr - 1) / uk->nr * uk->nr;
+    size_t bytes = (size_t)k * (size_t)n_pad * sizeof(float);
+    tb_gemm_packed_b *packed = NULL;
+    TB_TRY(tb_alloc(sizeof *packed, TB_ALLOC_DEFAULT, (void **)&packed));
+    tb_status status = tb_alloc(bytes, TB_ALLOC_DEFAULT, (void **)&packed->data);
+    if (status != TB_OK) {
+        tb_free(packed);
+        return tb_error_set(status, "gemm_pack_b: could not allocate %zu bytes for a packed %lldx%lld B", bytes,
+                            (long long)k, (long long)n);
+    }
+    packed->uk = uk;
+    packed->k = k;
+    packed->n = n;
+    packed->n_pad = n_pad;
+    packed->blocking_kc = blocking.kc;
+    packed->bytes = bytes;
+    pack_b_job job = {.uk = uk, .b = b, .row_stride = b_row_stride, .col_stride = b_col_stride, .k = k, .n = n,
+                      .kc = k_block_size(k, blocking.kc), .n_pad = n_pad, .panels_per_unit = PACK_UNIT_PANELS,
+                      .data = packed->data};
+    job.units_per_block = (n_pad / uk->nr + PACK_UNIT_PANELS - 1) / PACK_UNIT_PANELS;
+    int64_t units = (k + job.kc - 1) / job.kc * job.units_per_block;
+    if ((double)k * (double)n < (double)(1 << 16) || tb_in_parallel_region())
+        pack_b_worker(&job, 0, units, 0);
+    else
+        tb_parallel_for(units, 1, pack_b_worker, &job);
+    *out = packed;
+    return TB_OK;
+}
+
+void tb_gemm_packed_b_free(tb_gemm_packed_b *packed) {
+    if (!packed)
+        return;
+    tb_free(packed->data);
+    tb_free(packed);
+}
+
+size_t tb_gemm_packed_b_bytes(const tb_gemm_packed_b *packed) { return packed ? packed->bytes : 0; }
+
+bool tb_gemm_packed_b_matches(const tb_gemm_packed_b *packed, int64_t k, int64_t n, tb_isa isa,
+                              tb_gemm_precision precision) {
+    if (!packed || (unsigned)isa >= (unsigned)TB_ISA_COUNT)
+        return false;
+    const tb_gemm_microkernel *uk = tb_gemm_microkernel_for_precision(isa, precision);
+    return packed->uk == uk && packed->k == k && packed->n == n && packed->blocking_kc == tb_gemm_blocking_for(uk).kc;
 }
 
 /* C = beta * C (beta == 0: zeros, C not read) over rows x cols, for the k == 0 / alpha == 0 case. */
@@ -196,12 +301,12 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
     const tb_gemm_blocking *bl = &job->blocking;
     int64_t mc = bl->mc < rows_total ? bl->mc : (rows_total + mr - 1) / mr * mr;
     int64_t nc = bl->nc < cols_total ? bl->nc : (cols_total + nr - 1) / nr * nr;
-    int64_t k_blocks = (d->k + bl->kc - 1) / bl->kc;
-    int64_t kc = (d->k + k_blocks - 1) / k_blocks;
+    int64_t kc = k_block_size(d->k, bl->kc);
+    const tb_gemm_packed_b *prepacked = d->b_packed;
 
     float *a_packed = NULL;
     size_t a_floats = (size_t)mc * (size_t)kc;
-    size_t b_floats = (size_t)nc * (size_t)kc;
+    size_t b_floats = prepacked ? 0 : (size_t)nc * (size_t)kc;
     tb_status status = tb_kernel_scratch(TB_SCRATCH_GEMM, (a_floats + b_floats + 16) * sizeof(float), &a_packed);
     if (status != TB_OK) {
         *failed_bytes = (a_floats + b_floats) * sizeof(float);
@@ -215,13 +320,17 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
             int64_t kcur = d->k - pc < kc ? d->k - pc : kc;
             bool first_k = pc == 0, last_k = pc + kcur >= d->k;
             float beta = first_k ? d->beta : 1.0f;
-            pack_b_block(job, b + pc * d->b_row_stride + jc * d->b_col_stride, ncur, kcur, b_packed);
+            const float *b_panels = b_packed;
+            if (prepacked)
+                b_panels = prepacked->data + pc * prepacked->n_pad + jc * kcur;
+            else
+                pack_b_block(job, b + pc * d->b_row_stride + jc * d->b_col_stride, ncur, kcur, b_packed);
             for (int64_t ic = m0; ic < m1; ic += mc) {
                 int64_t mcur = m1 - ic < mc ? m1 - ic : mc;
                 pack_a_block(job, a + ic * d->a_row_stride + pc * d->a_col_stride, mcur, kcur, a_packed);
                 for (int64_t jr = 0; jr < ncur; jr += nr) {
                     int cols = (int)(ncur - jr < nr ? ncur - jr : nr);
-                    const float *b_panel = b_packed + jr * kcur;
+                    const float *b_panel = b_panels + jr * kcur;
                     for (int64_t ir = 0; ir < mcur; ir += mr) {
                         int rows = (int)(mcur - ir < mr ? mcur - ir : mr);
                         float *tile = c + (ic + ir) * d->c_row_stride + jc + jr;
@@ -351,7 +460,7 @@ static void choose_grid(gemm_job *job, int threads) {
     /* Multiply-adds worth of time to pack one element: a copy for A stored column-major or B stored
      * row-major, an in-register transpose for the other unit-stride layout, a gather otherwise. */
     double a_cost = d->a_row_stride == 1 ? 6.0 : d->a_col_stride == 1 ? 16.0 : 48.0;
-    double b_cost = d->b_col_stride == 1 ? 6.0 : d->b_row_stride == 1 ? 16.0 : 48.0;
+    double b_cost = d->b_packed ? 0.0 : d->b_col_stride == 1 ? 6.0 : d->b_row_stride == 1 ? 16.0 : 48.0;
     double best = -1.0;
     job->grid_m = job->grid_n = 1;
     if (threads <= 1)
@@ -398,6 +507,19 @@ tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa) {
     job.uk = tb_gemm_microkernel_for_precision(isa, d->precision);
     job.blocking = tb_gemm_blocking_for(job.uk);
     job.skip_product = d->k == 0 || d->alpha == 0.0f;
+    if (d->b_packed && !job.skip_product) {
+        const tb_gemm_packed_b *p = d->b_packed;
+        if (p->uk != job.uk || p->k != d->k || p->n != d->n || p->blocking_kc != job.blocking.kc)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                                "gemm_f32: the packed B was made for k=%lld n=%lld (%s, kc %lld), not for this "
+                                "k=%lld n=%lld product (%s, kc %lld)",
+                                (long long)p->k, (long long)p->n, p->uk->isa_name, (long long)p->blocking_kc,
+                                (long long)d->k, (long long)d->n, job.uk->isa_name, (long long)job.blocking.kc);
+        if (d->batch > 1 && d->b_batch_stride != 0)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                                "gemm_f32: one packed B cannot serve batch entries with different B (b_batch_stride %lld)",
+                                (long long)d->b_batch_stride);
+    }
     job.m_tiles = (d->m + job.uk->mr - 1) / job.uk->mr;
     job.n_tiles = (d->n + job.uk->nr - 1) / job.uk->nr;
 

@@ -10,6 +10,7 @@
 #define TORCHBURN_KERNELS_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "torchburn/cpu.h"
@@ -51,6 +52,11 @@ TB_API tb_gemm_precision tb_gemm_default_precision(void);
  * (both bf16); anything else is an error naming the value. Called by the Python extension at import. */
 TB_API TB_NODISCARD tb_status tb_gemm_precision_init(void);
 
+/* B packed once into the driver's panel layout (for one ISA, precision, k and n), so products that use
+ * the same B again (nn.Linear weights, the graph's constant operands) skip packing it each call.
+ * Made by tb_gemm_pack_b; freed with tb_gemm_packed_b_free. */
+typedef struct tb_gemm_packed_b tb_gemm_packed_b;
+
 typedef struct tb_gemm_desc {
     int64_t m, n, k;
     const float *a; /* A[i, p] = a[i * a_row_stride + p * a_col_stride] */
@@ -70,12 +76,45 @@ typedef struct tb_gemm_desc {
     int64_t batch;
     int64_t a_batch_stride, b_batch_stride, c_batch_stride, residual_batch_stride;
     tb_gemm_precision precision; /* 0 (DEFAULT): the process setting */
+    /* optional: B already packed (tb_gemm_pack_b of this k x n B at the ISA and precision this product
+     * runs with; shared by every batch entry). `b` may then be NULL; when it is given too, products
+     * of a few rows may read it in place instead. A packed B made for another shape, ISA, precision
+     * or blocking is an error (TB_ERR_INVALID_ARGUMENT), never a wrong product. */
+    const tb_gemm_packed_b *b_packed;
 } tb_gemm_desc;
+
+/* Packs B (k x n, B[p, j] = b[p * b_row_stride + j * b_col_stride]) for products at `isa` and
+ * `precision` (DEFAULT: the process setting now). k, n >= 1. Errors: bad sizes, an unsupported ISA,
+ * allocation failure. */
+TB_API TB_NODISCARD tb_status tb_gemm_pack_b(int64_t k, int64_t n, const float *b, int64_t b_row_stride,
+                                             int64_t b_col_stride, tb_isa isa, tb_gemm_precision precision,
+                                             tb_gemm_packed_b **out);
+TB_API void tb_gemm_packed_b_free(tb_gemm_packed_b *packed);
+/* Bytes the packed copy holds. */
+TB_API size_t tb_gemm_packed_b_bytes(const tb_gemm_packed_b *packed);
+/* Whether `packed` fits a product of this k x n at `isa` and `precision` with the current blocking
+ * (what the driver checks; a cache uses it to decide to repack). */
+TB_API bool tb_gemm_packed_b_matches(const tb_gemm_packed_b *packed, int64_t k, int64_t n, tb_isa isa,
+                                     tb_gemm_precision precision);
 
 /* Runs the product at the active ISA (or the given one with _isa). k == 0 gives the epilogue of zero.
  * Errors: invalid sizes/NULL pointers (TB_ERR_INVALID_ARGUMENT), scratch allocation failure. */
 TB_API TB_NODISCARD tb_status tb_gemm_f32(const tb_gemm_desc *desc);
 TB_API TB_NODISCARD tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa);
+
+/* tb_gemm_f32 with B taken from `b_storage` (desc->b points into it): a packed copy of B is kept on the
+ * storage (tb_storage_derived) and reused while the storage's version, the view of B, the ISA, the
+ * precision and the blocking stay the same — B is packed on the second product at one version, so
+ * weights that change every step are never packed for nothing. Storages that are not cacheable
+ * (memory from outside torchburn, or exported: tb_storage_cacheable) and products that would not pack
+ * B (a few rows, batches) run plain tb_gemm_f32. Same results as tb_gemm_f32 bit for bit. */
+struct tb_storage;
+TB_API TB_NODISCARD tb_status tb_gemm_f32_cached_b(const tb_gemm_desc *desc, struct tb_storage *b_storage);
+/* Bytes of the packed copy cached on `storage` (0: none) — for tests and stats. */
+TB_API size_t tb_gemm_cached_b_bytes(struct tb_storage *storage);
+/* Prepacking on or off for the process (initially on unless TORCHBURN_PREPACK=0). */
+TB_API void tb_gemm_set_prepack(bool enabled);
+TB_API bool tb_gemm_prepack_enabled(void);
 
 /* Scaled dot-product attention, PyTorch semantics:
  * out[b, h, i, :] = softmax_j(scale * q[b,h,i,:] . k[b,h',j,:] + mask[b,h,i,j]) @ v[b,h',j,:]

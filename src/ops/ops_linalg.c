@@ -220,7 +220,9 @@ tb_status tb_op_linear(const tb_tensor *x_in, const tb_tensor *weight_in, const 
         desc.residual = residual_in ? tb_tensor_data(&residual) : NULL;
         desc.residual_row_stride = n;
         desc.batch = 1;
-        status = tb_gemm_f32(&desc);
+        /* a float32 weight is read in place: its packed copy can live on its storage */
+        status = weight.storage == weight_in->storage ? tb_gemm_f32_cached_b(&desc, weight.storage)
+                                                      : tb_gemm_f32(&desc);
     }
     tb_tensor_release(&x);
     tb_tensor_release(&weight);

@@ -470,6 +470,7 @@ PyObject *tb_py_export_dlpack(PyObject *self, int versioned) {
     export_context *context = PyMem_RawCalloc(1, sizeof *context);
     if (!context)
         return PyErr_NoMemory();
+    tb_storage_mark_exported(t->storage); /* the consumer may write without bumping our version */
     for (int d = 0; d < t->ndim; d++) {
         context->shape[d] = t->shape[d];
         context->strides[d] = t->strides[d];

@@ -654,6 +654,7 @@ static PyObject *method_is_contiguous(PyObject *self, PyObject *const *args, Py_
 }
 static PyObject *method_storage_offset(PyObject *self, PyObject *unused) { return PyLong_FromLongLong(tt_data(self)->offset); }
 static PyObject *method_data_ptr(PyObject *self, PyObject *unused) {
+    tb_storage_mark_exported(tt_data(self)->storage); /* an address can be written through (ctypes) */
     return PyLong_FromVoidPtr(tt_data(self)->storage->data ? tb_tensor_data(tt_data(self)) : NULL);
 }
 

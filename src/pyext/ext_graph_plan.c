@@ -126,6 +126,8 @@ typedef struct call_state {
     void *inputs_stack[STACK_IO], *outputs_stack[STACK_IO];
     tb_tensor slow_stack[STACK_IO], tb_out_stack[STACK_IO];
     DLManagedTensorVersioned *managed_stack[STACK_IO];
+    tb_storage *storages_stack[STACK_IO];
+    tb_storage **storages; /* per input, its storage when bound through a torchburn tensor (else NULL) */
     void **inputs, **outputs;
     tb_tensor *slow, *tb_out;
     DLManagedTensorVersioned **managed;
@@ -142,7 +144,8 @@ static int state_init(call_state *s, int nin, int nout) {
     s->slow = small ? s->slow_stack : PyMem_Calloc((size_t)nin + 1, sizeof(tb_tensor));
     s->tb_out = small ? s->tb_out_stack : PyMem_Calloc((size_t)nout + 1, sizeof(tb_tensor));
     s->managed = small ? s->managed_stack : PyMem_Calloc((size_t)nout + 1, sizeof(void *));
-    if (!s->inputs || !s->outputs || !s->slow || !s->tb_out || !s->managed) {
+    s->storages = small ? s->storages_stack : PyMem_Calloc((size_t)nin + 1, sizeof(tb_storage *));
+    if (!s->inputs || !s->outputs || !s->slow || !s->tb_out || !s->managed || !s->storages) {
         PyErr_NoMemory();
         return -1;
     }
@@ -171,6 +174,7 @@ static void state_free(call_state *s) {
         PyMem_Free(s->slow);
         PyMem_Free(s->tb_out);
         PyMem_Free(s->managed);
+        PyMem_Free(s->storages);
     }
 }
 
@@ -197,6 +201,7 @@ static int bind_input(const tb_plan *plan, int i, PyObject *object, const tb_dlp
     if (!tb_plan_input_matches(plan, i, t->dtype, t->ndim, t->shape, t->strides))
         return 1;
     s->inputs[i] = tb_tensor_data(t);
+    s->storages[i] = t->storage; /* kept alive by s->slow[i] for the call */
     return 0;
 }
 
@@ -313,7 +318,7 @@ static PyObject *plan_vectorcall(PyObject *callable, PyObject *const *args, size
     double started = monotonic_seconds(), finished;
     Py_BEGIN_ALLOW_THREADS
     status = self->program ? tb_engine_program_run(self->program, s.inputs, s.outputs)
-                           : tb_plan_run(plan, s.inputs, s.outputs);
+                           : tb_plan_run_storages(plan, s.inputs, s.storages, s.outputs);
     finished = monotonic_seconds();
     Py_END_ALLOW_THREADS
     self->run_seconds += finished - started;

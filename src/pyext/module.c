@@ -103,6 +103,24 @@ static PyObject *py_get_matmul_precision(PyObject *module, PyObject *unused) {
     return PyUnicode_FromString(tb_gemm_default_precision() == TB_GEMM_PRECISION_BF16 ? "bf16" : "highest");
 }
 
+/* set_prepack(bool): keep packed copies of GEMM weights on their storage (TORCHBURN_PREPACK). */
+static PyObject *py_set_prepack(PyObject *module, PyObject *arg) {
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    tb_gemm_set_prepack(enabled != 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_prepack(PyObject *module, PyObject *unused) { return PyBool_FromLong(tb_gemm_prepack_enabled()); }
+
+/* prepacked_bytes(tensor) -> int: bytes of the packed GEMM copy cached on the tensor's storage. */
+static PyObject *py_prepacked_bytes(PyObject *module, PyObject *arg) {
+    if (!tb_py_tensor_check(arg))
+        return PyErr_Format(PyExc_TypeError, "prepacked_bytes() takes a torchburn tensor, got %s", Py_TYPE(arg)->tp_name);
+    return PyLong_FromSize_t(tb_gemm_cached_b_bytes(((tb_py_tensor *)arg)->tensor.storage));
+}
+
 static PyObject *py_set_isa(PyObject *module, PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name)
@@ -206,6 +224,11 @@ static PyMethodDef module_functions[] = {
     {"set_matmul_precision", py_set_matmul_precision, METH_O,
      "set_matmul_precision('highest' | 'high' | 'medium' | 'bf16'): the precision of f32 matmuls."},
     {"get_matmul_precision", py_get_matmul_precision, METH_NOARGS, "'highest' or 'bf16'."},
+    {"set_prepack", py_set_prepack, METH_O,
+     "set_prepack(bool): keep packed copies of matmul weights with them (default on; TORCHBURN_PREPACK=0 off)."},
+    {"get_prepack", (PyCFunction)(void (*)(void))py_get_prepack, METH_NOARGS, "Whether weights are prepacked."},
+    {"prepacked_bytes", py_prepacked_bytes, METH_O,
+     "prepacked_bytes(tensor) -> int: bytes of the packed matmul copy cached with the tensor's storage (0: none)."},
     {"cpu_info", py_cpu_info, METH_NOARGS, "CPU vendor, brand, features, selected and supported ISAs, cores, threads."},
     {"set_isa", py_set_isa, METH_O, "Forces the kernel ISA ('scalar', 'avx2', 'avx512'); refuses one the CPU lacks."},
     {"memory_stats", py_memory_stats, METH_NOARGS, "Allocator statistics and the count of layout/dtype copies."},

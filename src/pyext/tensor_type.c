@@ -116,6 +116,7 @@ static PyGetSetDef tensor_getset[] = {
 
 static PyObject *tensor_numel(PyObject *self, PyObject *unused) { return PyLong_FromLongLong(tb_tensor_numel(get(self))); }
 static PyObject *tensor_data_ptr(PyObject *self, PyObject *unused) {
+    tb_storage_mark_exported(get(self)->storage); /* an address can be written through (ctypes) */
     return PyLong_FromVoidPtr(get(self)->storage->data ? tb_tensor_data(get(self)) : NULL);
 }
 static PyObject *tensor_is_contiguous(PyObject *self, PyObject *unused) {
@@ -398,6 +399,8 @@ static int tensor_getbuffer(PyObject *self, Py_buffer *view, int flags) {
         return -1;
     }
     Py_ssize_t *shape_and_strides = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)(t->ndim ? t->ndim : 1));
+    if ((flags & PyBUF_WRITABLE) || !t->storage->read_only)
+        tb_storage_mark_exported(t->storage); /* a writable view bypasses the version counter */
     if (!shape_and_strides) {
         PyErr_NoMemory();
         return -1;

@@ -27,6 +27,7 @@ typedef struct gemm_case {
     bool residual;
     bool broadcast_b; /* b_batch_stride = 0 */
     bool bf16;        /* TB_GEMM_PRECISION_BF16: the reference multiplies bf16-rounded A and B */
+    bool prepacked;   /* B packed first with tb_gemm_pack_b (then NaN in B itself for the packed path) */
     uint64_t seed;
 } gemm_case;
 
@@ -99,9 +100,31 @@ static void run_case(const gemm_case *t, tb_isa isa) {
     d.c_batch_stride = c_size;
     d.residual_batch_stride = r_size;
     d.precision = t->bf16 ? TB_GEMM_PRECISION_BF16 : TB_GEMM_PRECISION_HIGHEST;
+    tb_gemm_packed_b *packed = NULL;
+    float *b_saved = NULL;
+    size_t b_bytes = sizeof(float) * (size_t)(b_size * (t->broadcast_b ? 1 : batch) + 1);
+    if (t->prepacked && isa != TB_ISA_COUNT && k > 0 && (batch == 1 || t->broadcast_b)) {
+        tb_status packed_status = tb_gemm_pack_b(k, n, b, d.b_row_stride, d.b_col_stride, isa, d.precision, &packed);
+        TB_CHECK_MSG(packed_status == TB_OK, "pack_b: %s", tb_error_message());
+        d.b_packed = packed;
+        if (m > TB_GEMM_SMALL_M_MAX) { /* the packed path must not read B at all */
+            b_saved = malloc(b_bytes);
+            TB_CHECK(b_saved != NULL);
+            if (b_saved) {
+                memcpy(b_saved, b, b_bytes);
+                for (int64_t i = 0; i < b_size * (t->broadcast_b ? 1 : batch) + 1; i++)
+                    b[i] = NAN;
+            }
+        }
+    }
     /* isa == TB_ISA_COUNT stands for the library's naive reference, checked like the kernels */
     tb_status status = isa == TB_ISA_COUNT ? tb_gemm_f32_reference(&d) : tb_gemm_f32_isa(&d, isa);
     TB_CHECK_MSG(status == TB_OK, "%s: %s", isa_label(isa), tb_error_message());
+    if (b_saved) {
+        memcpy(b, b_saved, b_bytes);
+        free(b_saved);
+    }
+    tb_gemm_packed_b_free(packed);
     if (t->bf16) { /* the product the kernel must have computed: of the operands rounded to bf16 */
         for (int64_t i = 0; i < a_size * batch + 1; i++)
             a[i] = tb_bf16_to_f32(tb_f32_to_bf16(a[i]));
@@ -396,11 +419,78 @@ static void test_activation_accuracy(void) {
     }
 }
 
+/* Prepacked B: every layout, odd sizes around the register tile and the k block, epilogues, batches
+ * sharing one B, bf16 precision, forced tiny blockings; and a packed B that does not fit is refused. */
+static void test_prepacked_b(uint64_t *seed) {
+    static const int64_t shapes[][3] = {{9, 1, 1}, {15, 17, 31}, {64, 512, 784}, {33, 47, 129}, {129, 257, 600},
+                                        {7, 300, 130}, {200, 33, 1000}, {16, 10, 512}};
+    const bool bf16_kernel = tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_BF16)->packed_bytes == 2;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int variant = 0; variant < 4; variant++) {
+            gemm_case t = plain(shapes[si][0], shapes[si][1], shapes[si][2], (*seed)++);
+            t.prepacked = true;
+            t.trans_b = variant & 1; /* nn.Linear's weight is the transposed layout */
+            t.trans_a = variant == 2;
+            t.bias_kind = (tb_bias_kind)(variant % 3);
+            t.activation = (tb_activation)((variant + (int)si) % TB_ACTIVATION_COUNT);
+            t.residual = variant == 3;
+            t.beta = variant == 1 ? 1.0f : 0.0f;
+            t.batch = variant == 3 ? 3 : 1;
+            t.broadcast_b = variant == 3;
+            t.bf16 = si % 3 == 2 && variant < 2 && bf16_kernel; /* bf16 packing where the kernel exists */
+            for_each_isa(&t);
+        }
+    static const int64_t blockings[][3] = {{1, 7, 1}, {15, 7, 33}};
+    for (size_t bi = 0; bi < 2; bi++) {
+        tb_gemm_set_blocking_override(blockings[bi][0], blockings[bi][1], blockings[bi][2]);
+        gemm_case t = plain(40, 70, 100, (*seed)++);
+        t.prepacked = true;
+        t.trans_b = bi == 0;
+        for_each_isa(&t);
+        tb_gemm_set_blocking_override(0, 0, 0);
+    }
+    /* a mismatched packed B is an error, never a wrong product */
+    float a[20 * 30], b[30 * 21], c[20 * 21];
+    tb_test_fill_uniform(a, 20 * 30, -1, 1, 5);
+    tb_test_fill_uniform(b, 30 * 21, -1, 1, 6);
+    tb_gemm_packed_b *packed = NULL;
+    TB_CHECK(tb_gemm_pack_b(30, 20, b, 21, 1, TB_ISA_SCALAR, TB_GEMM_PRECISION_HIGHEST, &packed) == TB_OK);
+    TB_CHECK(tb_gemm_packed_b_bytes(packed) >= 30 * 20 * sizeof(float));
+    TB_CHECK(tb_gemm_packed_b_matches(packed, 30, 20, TB_ISA_SCALAR, TB_GEMM_PRECISION_HIGHEST));
+    TB_CHECK(!tb_gemm_packed_b_matches(packed, 30, 21, TB_ISA_SCALAR, TB_GEMM_PRECISION_HIGHEST));
+    tb_gemm_desc d = {.m = 20, .n = 21, .k = 30, .a = a, .a_row_stride = 30, .a_col_stride = 1, .b = b,
+                      .b_row_stride = 21, .b_col_stride = 1, .c = c, .c_row_stride = 21, .alpha = 1.0f, .batch = 1,
+                      .b_packed = packed};
+    tb_status status = tb_gemm_f32_isa(&d, TB_ISA_SCALAR);
+    TB_CHECK_MSG(status == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "packed B"), "got %s: %s",
+                 tb_status_name(status), tb_error_message());
+    d.n = 20;
+    tb_gemm_set_blocking_override(0, 8, 0); /* a new blocking: the packed B no longer fits */
+    TB_CHECK(!tb_gemm_packed_b_matches(packed, 30, 20, TB_ISA_SCALAR, TB_GEMM_PRECISION_HIGHEST));
+    status = tb_gemm_f32_isa(&d, TB_ISA_SCALAR);
+    TB_CHECK_MSG(status == TB_ERR_INVALID_ARGUMENT, "got %s", tb_status_name(status));
+    tb_gemm_set_blocking_override(0, 0, 0);
+    static float c2[2 * 20 * 21];
+    d.c = c2;
+    d.batch = 2;
+    d.a_batch_stride = 0;
+    d.b_batch_stride = 1; /* B differs per batch entry: one packed B cannot serve them */
+    d.c_batch_stride = 20 * 21;
+    status = tb_gemm_f32_isa(&d, TB_ISA_SCALAR);
+    TB_CHECK_MSG(status == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "batch"), "got %s: %s",
+                 tb_status_name(status), tb_error_message());
+    tb_gemm_packed_b_free(packed);
+    TB_CHECK(tb_gemm_pack_b(0, 5, b, 5, 1, TB_ISA_SCALAR, TB_GEMM_PRECISION_HIGHEST, &packed) == TB_ERR_INVALID_ARGUMENT);
+    TB_CHECK(packed == NULL);
+    tb_gemm_packed_b_free(NULL);
+}
+
 int main(void) {
     test_allocation_failure();
     test_bad_arguments();
     test_activation_accuracy();
     uint64_t seed = 100;
+    test_prepacked_b(&seed);
 
     /* every (m, n) pair from the edge sizes at small and medium k */
     static const int64_t ks[] = {0, 1, 17, 64};

@@ -6,14 +6,13 @@
 
 #include "kernels/gemm_internal.h"
 #include "kernels/x86_avx512/gemm_math_avx512.h"
+#include "kernels/x86_avx512/gemm_tile_avx512.h"
 #include "kernels/x86_avx512/gemm_transpose_avx512.h"
 
-enum { MR = 14, NR = 32 };
+enum { MR = TB_AVX512_MR, NR = TB_AVX512_NR };
 enum { W_PREFETCH = 64 }; /* floats ahead on each streamed W row in the transposed small-m kernel */
 
-static inline __mmask16 mask_first(int count) {
-    return count >= 16 ? (__mmask16)0xFFFF : count <= 0 ? (__mmask16)0 : (__mmask16)((1u << count) - 1u);
-}
+static inline __mmask16 mask_first(int count) { return tb_avx512_mask_first(count); }
 
 /* The micro-kernel body for a compile-time row count ROWS (<= MR); always inlined into one function
  * per row count so the accumulators live in registers. */
@@ -44,53 +43,10 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, int6
         a += MR;
         b += NR;
     }
-    __m512 valpha = _mm512_set1_ps(alpha);
-    __m512 vbeta = _mm512_set1_ps(beta);
-    if (nr == NR) {
-#pragma GCC unroll 16
-        for (int i = 0; i < ROWS; i++) {
-            float *row = c + i * ldc;
-            __m512 r0 = _mm512_mul_ps(acc0[i], valpha), r1 = _mm512_mul_ps(acc1[i], valpha);
-            if (beta != 0.0f) {
-                r0 = _mm512_fmadd_ps(_mm512_loadu_ps(row), vbeta, r0);
-                r1 = _mm512_fmadd_ps(_mm512_loadu_ps(row + 16), vbeta, r1);
-            }
-            _mm512_storeu_ps(row, r0);
-            _mm512_storeu_ps(row + 16, r1);
-        }
-    } else {
-        __mmask16 m0 = mask_first(nr), m1 = mask_first(nr - 16);
-#pragma GCC unroll 16
-        for (int i = 0; i < ROWS; i++) {
-            float *row = c + i * ldc;
-            __m512 r0 = _mm512_mul_ps(acc0[i], valpha), r1 = _mm512_mul_ps(acc1[i], valpha);
-            if (beta != 0.0f) {
-                r0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, row), vbeta, r0);
-                r1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, row + 16), vbeta, r1);
-            }
-            _mm512_mask_storeu_ps(row, m0, r0);
-            _mm512_mask_storeu_ps(row + 16, m1, r1);
-        }
-    }
+    tb_avx512_store_tile(ROWS, acc0, acc1, c, ldc, nr, alpha, beta);
 }
 
-#define TB_TILE_FN(rows)                                                                                       \
-    static void tile_##rows(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int nr,         \
-                            float alpha, float beta) {                                                         \
-        tile_rows(rows, kc, a, b, c, ldc, nr, alpha, beta);                                                    \
-    }
-TB_TILE_FN(1) TB_TILE_FN(2) TB_TILE_FN(3) TB_TILE_FN(4) TB_TILE_FN(5) TB_TILE_FN(6) TB_TILE_FN(7)
-TB_TILE_FN(8) TB_TILE_FN(9) TB_TILE_FN(10) TB_TILE_FN(11) TB_TILE_FN(12) TB_TILE_FN(13) TB_TILE_FN(14)
-#undef TB_TILE_FN
-
-typedef void (*tile_fn)(int64_t, const float *, const float *, float *, int64_t, int, float, float);
-static const tile_fn tiles_by_rows[MR + 1] = {NULL,    tile_1,  tile_2,  tile_3,  tile_4,  tile_5,  tile_6, tile_7,
-                                              tile_8,  tile_9,  tile_10, tile_11, tile_12, tile_13, tile_14};
-
-static void microkernel_avx512(int64_t kc, const float *a_panel, const float *b_panel, float *c, int64_t c_row_stride,
-                               int mr, int nr, float alpha, float beta) {
-    tiles_by_rows[mr](kc, a_panel, b_panel, c, c_row_stride, nr, alpha, beta);
-}
+TB_AVX512_MICROKERNEL(microkernel_avx512, tile_rows)
 
 static void pack_a_avx512(const float *a, int64_t row_stride, int64_t col_stride, int rows, int64_t kc,
                           float *a_panel) {
