@@ -175,14 +175,9 @@ tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x
     if (status == TB_OK && output_mask[1]) {
         status = tb_tensor_empty(TB_F32, 4, weight->shape, TB_ALLOC_DEFAULT, &t[DW]);
         if (status == TB_OK) {
-            /* partial sums are added in slot order: deterministic for a given thread count */
             float *dw = tb_tensor_data(&t[DW]);
             const float *partial = tb_tensor_data(&t[DW_PARTIAL]);
-            int64_t count = s.out_channels * s.k;
-            memcpy(dw, partial, (size_t)count * sizeof(float));
-            for (int64_t slot = 1; slot < slots; slot++)
-                for (int64_t i = 0; i < count; i++)
-                    dw[i] += partial[slot * count + i];
+            TB_NN_SUM_SLOT_PARTIALS(float, dw, partial, s.out_channels * s.k, slots);
             status = tb_ops_finish_dtype(&t[DW], weight->dtype, grad_weight);
         }
     }

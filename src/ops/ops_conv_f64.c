@@ -236,14 +236,9 @@ tb_status tb_conv2d_backward_f64(const tb_tensor *grad_output, const tb_tensor *
     if (status == TB_OK && output_mask[1]) {
         status = tb_tensor_empty(TB_F64, 4, weight->shape, TB_ALLOC_DEFAULT, &t[DW]);
         if (status == TB_OK) {
-            /* partial sums are added in slot order: deterministic for a given thread count */
             double *dw = tb_tensor_data(&t[DW]);
             const double *partial = tb_tensor_data(&t[DW_PARTIAL]);
-            int64_t count = s.out_channels * s.k;
-            memcpy(dw, partial, (size_t)count * sizeof(double));
-            for (int64_t slot = 1; slot < slots; slot++)
-                for (int64_t i = 0; i < count; i++)
-                    dw[i] += partial[slot * count + i];
+            TB_NN_SUM_SLOT_PARTIALS(double, dw, partial, s.out_channels * s.k, slots);
             *grad_weight = t[DW];
             memset(&t[DW], 0, sizeof t[DW]);
         }

@@ -81,6 +81,16 @@ typedef struct tb_conv_shape {
 tb_status tb_conv_check(const char *name, const tb_tensor *x, const tb_tensor *weight, const tb_conv2d_params *params,
                         tb_conv_shape *shape);
 
+/* dst[i] = the sum over slots of partial[slot * count + i], added in slot order (deterministic for a
+ * given thread count); T is the element type of both. */
+#define TB_NN_SUM_SLOT_PARTIALS(T, dst, partial, count, slots)                    \
+    do {                                                                          \
+        memcpy((dst), (partial), (size_t)(count) * sizeof(T));                    \
+        for (int64_t slot_ = 1; slot_ < (slots); slot_++)                         \
+            for (int64_t i_ = 0; i_ < (count); i_++)                              \
+                (dst)[i_] += (partial)[slot_ * (count) + i_];                     \
+    } while (0)
+
 /* The views and checks both convolution backwards start with: 4-D views of grad_output and x (the caller
  * releases them, also on error), x's batching, the validated shape, and grad_output's shape equal to
  * the convolution's output (TB_ERR_SHAPE naming both). */

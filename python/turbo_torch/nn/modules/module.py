@@ -161,28 +161,25 @@ class Module:
             for hook_id, hook in list(self._forward_hooks.items()):
                 if hook_id in self._forward_hooks_always_called:
                     called.add(hook_id)
-                if hook_id in self._forward_hooks_with_kwargs:
-                    result = hook(self, args, kwargs, output)
-                else:
-                    result = hook(self, args, output)
-                if result is not None:
-                    output = result
+                output = self._run_forward_hook(hook_id, hook, args, kwargs, output)
             return output
         except Exception:
             for hook_id, hook in list(self._forward_hooks.items()):
                 if hook_id not in self._forward_hooks_always_called or hook_id in called:
                     continue
                 try:
-                    if hook_id in self._forward_hooks_with_kwargs:
-                        result = hook(self, args, kwargs, output)
-                    else:
-                        result = hook(self, args, output)
-                    if result is not None:
-                        output = result
+                    output = self._run_forward_hook(hook_id, hook, args, kwargs, output)
                 except Exception as error:
                     warnings.warn("module forward hook with ``always_call=True`` raised an exception that was "
                                   f"silenced as another error was raised in forward: {error}")
             raise
+
+    def _run_forward_hook(self, hook_id: int, hook: Callable, args: tuple, kwargs: dict, output: Any) -> Any:
+        if hook_id in self._forward_hooks_with_kwargs:
+            result = hook(self, args, kwargs, output)
+        else:
+            result = hook(self, args, output)
+        return output if result is None else result
 
     def _add_hook(self, table: OrderedDict, hook: Callable, extra: tuple = ()) -> "_RemovableHandle":
         hook_id = self._hook_id
