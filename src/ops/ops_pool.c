@@ -31,7 +31,8 @@ typedef struct pool_job {
     atomic_int bad_index;
 } pool_job;
 
-/* dx[index[j]] += dy[j] over one plane; false on an index outside it. */
+/* dx[index[j]] += dy[j] over plane p of pool_planes (reads its job, p, where, in_plane, out_plane); on an
+ * index outside the plane it sets bad_index and returns from the task. */
 #define SCATTER_PLANE(T)                                                                         \
     do {                                                                                         \
         const T *from = (const T *)job->x + p * out_plane;                                       \
