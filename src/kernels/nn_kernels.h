@@ -1,4 +1,5 @@
-/* Contracts of the convolution-support and pooling kernels (f32, single-threaded, never allocate).
+/* Contracts of the convolution-support and pooling kernels (f32, single-threaded, never allocate;
+ * the portable im2col/col2im and pooling planes also exist for f64 with the same contracts).
  * The ops layer (src/ops/ops_conv*.c, ops_pool.c) splits work over threads and handles dtypes.
  *
  * A "plane" is one H x W channel image stored row-major and contiguous. Output positions of a
@@ -42,6 +43,10 @@ void tb_im2col_f32(const tb_window_geometry *g, const float *x, int64_t col_begi
  * be initialised (usually zeros). */
 void tb_col2im_f32(const tb_window_geometry *g, const float *col, int64_t col_begin, int64_t col_end, int64_t ld,
                    float *x);
+void tb_im2col_f64(const tb_window_geometry *g, const double *x, int64_t col_begin, int64_t col_end, double *col,
+                   int64_t ld);
+void tb_col2im_f64(const tb_window_geometry *g, const double *col, int64_t col_begin, int64_t col_end, int64_t ld,
+                   double *x);
 
 /* One output row's run of the columns [j0, j0 + cols) of a panel: output row oh, columns
  * [ow0, ow0 + len), stored at panel column `dst`. */
@@ -103,6 +108,19 @@ void tb_adaptive_avg_pool2d_backward_plane_f32(int64_t in_h, int64_t in_w, int64
                                                const float *dy, float *dx);
 void tb_adaptive_max_pool2d_plane_f32(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, const float *x,
                                       float *y, int64_t *index);
+
+/* The same plane kernels in double (portable only). */
+void tb_max_pool2d_plane_f64(const tb_window_geometry *g, const double *x, double *y, int64_t *index);
+void tb_avg_pool2d_plane_f64(const tb_window_geometry *g, bool count_include_pad, int64_t divisor_override,
+                             const double *x, double *y);
+void tb_avg_pool2d_backward_plane_f64(const tb_window_geometry *g, bool count_include_pad, int64_t divisor_override,
+                                      const double *dy, double *dx);
+void tb_adaptive_avg_pool2d_plane_f64(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, const double *x,
+                                      double *y);
+void tb_adaptive_avg_pool2d_backward_plane_f64(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w,
+                                               const double *dy, double *dx);
+void tb_adaptive_max_pool2d_plane_f64(int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, const double *x,
+                                      double *y, int64_t *index);
 
 /* Direct (implicit-GEMM) convolution of one image and group for stride_w <= the ISA's
  * conv_direct_max_stride, reading the input planes in place instead of building im2col panels.

@@ -16,7 +16,7 @@ tb_status tb_ops_require_float(tb_dtype dtype, const char *what) {
 tb_status tb_ops_as_f32(const tb_tensor *x, tb_tensor *out) { return tb_tensor_contiguous(x, TB_F32, out); }
 
 tb_status tb_ops_finish_dtype(tb_tensor *f32_result, tb_dtype dtype, tb_tensor *out) {
-    if (dtype == TB_F32) {
+    if (f32_result->dtype == dtype) {
         *out = *f32_result;
         memset(f32_result, 0, sizeof *f32_result);
         return TB_OK;

@@ -276,9 +276,14 @@ tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, 
     int activation = epilogue ? epilogue->activation : TB_ACTIVATION_NONE;
     if (activation < 0 || activation >= TB_ACTIVATION_COUNT)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "conv2d: unknown activation %d", activation);
-    TB_TRY(tb_ops_require_float(x_in->dtype, "conv2d: input"));
-    TB_TRY(tb_ops_require_float(weight_in->dtype, "conv2d: weight"));
+    TB_TRY(tb_nn_require_float(x_in->dtype, "conv2d: input"));
+    TB_TRY(tb_nn_require_float(weight_in->dtype, "conv2d: weight"));
     tb_dtype out_dtype = tb_ops_promote(x_in->dtype, weight_in->dtype);
+    if (out_dtype == TB_F64) {
+        if (epilogue && (epilogue->scale || epilogue->shift || epilogue->residual || activation != TB_ACTIVATION_NONE))
+            return tb_error_set(TB_ERR_UNSUPPORTED, "conv2d: the fused epilogue runs in float32 only (got float64)");
+        return tb_conv2d_f64(x_in, weight_in, bias_in, params, out);
+    }
     enum { X4, X, W, BIAS, SCALE, SHIFT, FOLDED_W, FOLDED_B, RESIDUAL, RESULT, COUNT };
     tb_tensor t[COUNT];
     memset(t, 0, sizeof t);

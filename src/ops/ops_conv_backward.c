@@ -124,32 +124,18 @@ tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x
     memset(grad_input, 0, sizeof *grad_input);
     memset(grad_weight, 0, sizeof *grad_weight);
     memset(grad_bias, 0, sizeof *grad_bias);
-    const char *name = "convolution_backward";
-    TB_TRY(tb_ops_require_float(grad_output->dtype, "convolution_backward: grad_output"));
-    TB_TRY(tb_ops_require_float(x_in->dtype, "convolution_backward: input"));
-    TB_TRY(tb_ops_require_float(weight->dtype, "convolution_backward: weight"));
+    TB_TRY(tb_nn_require_float(grad_output->dtype, "convolution_backward: grad_output"));
+    TB_TRY(tb_nn_require_float(x_in->dtype, "convolution_backward: input"));
+    TB_TRY(tb_nn_require_float(weight->dtype, "convolution_backward: weight"));
+    if (tb_ops_promote(tb_ops_promote(grad_output->dtype, x_in->dtype), weight->dtype) == TB_F64)
+        return tb_conv2d_backward_f64(grad_output, x_in, weight, params, output_mask, grad_input, grad_weight,
+                                      grad_bias);
     enum { X4, DY4, DY, X, W, DX, DW_PARTIAL, DW, COUNT };
     tb_tensor t[COUNT];
     memset(t, 0, sizeof t);
-    bool unbatched = false, dy_unbatched = false;
+    bool unbatched = false;
     tb_conv_shape s;
-    tb_status status = tb_nn_view_4d(x_in, "convolution_backward: input", &t[X4], &unbatched);
-    if (status == TB_OK)
-        status = tb_nn_view_4d(grad_output, "convolution_backward: grad_output", &t[DY4], &dy_unbatched);
-    if (status == TB_OK)
-        status = tb_conv_check(name, &t[X4], weight, params, &s);
-    if (status == TB_OK) {
-        int64_t expected[4] = {s.batch, s.out_channels, s.out_h, s.out_w};
-        bool ok = unbatched == dy_unbatched;
-        for (int i = 0; ok && i < 4; i++)
-            ok = t[DY4].shape[i] == expected[i];
-        if (!ok) {
-            char a[128], b[128];
-            status = tb_error_set(TB_ERR_SHAPE, "convolution_backward: grad_output has shape %s but the convolution "
-                                  "output is %s", tb_shape_string(grad_output->ndim, grad_output->shape, a, sizeof a),
-                                  tb_shape_string(unbatched ? 3 : 4, unbatched ? expected + 1 : expected, b, sizeof b));
-        }
-    }
+    tb_status status = tb_conv_backward_views(grad_output, x_in, weight, params, &t[DY4], &t[X4], &unbatched, &s);
     if (status == TB_OK)
         status = tb_nn_stage(&t[DY4], "convolution_backward: grad_output", &t[DY]);
     if (status == TB_OK && output_mask[1])
@@ -189,14 +175,9 @@ tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x
     if (status == TB_OK && output_mask[1]) {
         status = tb_tensor_empty(TB_F32, 4, weight->shape, TB_ALLOC_DEFAULT, &t[DW]);
         if (status == TB_OK) {
-            /* partial sums are added in slot order: deterministic for a given thread count */
             float *dw = tb_tensor_data(&t[DW]);
             const float *partial = tb_tensor_data(&t[DW_PARTIAL]);
-            int64_t count = s.out_channels * s.k;
-            memcpy(dw, partial, (size_t)count * sizeof(float));
-            for (int64_t slot = 1; slot < slots; slot++)
-                for (int64_t i = 0; i < count; i++)
-                    dw[i] += partial[slot * count + i];
+            TB_NN_SUM_SLOT_PARTIALS(float, dw, partial, s.out_channels * s.k, slots);
             status = tb_ops_finish_dtype(&t[DW], weight->dtype, grad_weight);
         }
     }

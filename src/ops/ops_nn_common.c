@@ -9,6 +9,14 @@ tb_status tb_nn_stage(const tb_tensor *x, const char *what, tb_tensor *out) {
     return tb_ops_as_f32(x, out);
 }
 
+tb_status tb_nn_stage_compute(const tb_tensor *x, tb_dtype compute, const char *what, tb_tensor *out) {
+    if (compute != TB_F64)
+        return tb_nn_stage(x, what, out);
+    memset(out, 0, sizeof *out);
+    TB_TRY(tb_nn_require_float(x->dtype, what));
+    return tb_tensor_contiguous(x, TB_F64, out);
+}
+
 tb_status tb_nn_stage_vector(const tb_tensor *x, int64_t length, const char *what, tb_tensor *out) {
     memset(out, 0, sizeof *out);
     if (!x)
@@ -79,6 +87,27 @@ tb_status tb_nn_finish(tb_tensor *f32_result, tb_dtype dtype, tb_tensor *out) {
         return TB_OK;
     }
     return tb_ops_finish_dtype(f32_result, dtype, out);
+}
+
+tb_status tb_conv_backward_views(const tb_tensor *grad_output, const tb_tensor *x, const tb_tensor *weight,
+                                 const tb_conv2d_params *params, tb_tensor *dy4, tb_tensor *x4, bool *unbatched,
+                                 tb_conv_shape *s) {
+    bool dy_unbatched = false;
+    memset(dy4, 0, sizeof *dy4);
+    TB_TRY(tb_nn_view_4d(x, "convolution_backward: input", x4, unbatched));
+    TB_TRY(tb_nn_view_4d(grad_output, "convolution_backward: grad_output", dy4, &dy_unbatched));
+    TB_TRY(tb_conv_check("convolution_backward", x4, weight, params, s));
+    int64_t expected[4] = {s->batch, s->out_channels, s->out_h, s->out_w};
+    bool ok = *unbatched == dy_unbatched;
+    for (int i = 0; ok && i < 4; i++)
+        ok = dy4->shape[i] == expected[i];
+    if (!ok) {
+        char a[128], b[128];
+        return tb_error_set(TB_ERR_SHAPE, "convolution_backward: grad_output has shape %s but the convolution "
+                            "output is %s", tb_shape_string(grad_output->ndim, grad_output->shape, a, sizeof a),
+                            tb_shape_string(*unbatched ? 3 : 4, *unbatched ? expected + 1 : expected, b, sizeof b));
+    }
+    return TB_OK;
 }
 
 tb_status tb_conv_check(const char *name, const tb_tensor *x, const tb_tensor *weight, const tb_conv2d_params *p,

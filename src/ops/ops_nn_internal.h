@@ -13,6 +13,14 @@
 /* A contiguous f32 copy (or retained reference) of a float tensor; TB_ERR_DTYPE naming `what`. */
 tb_status tb_nn_stage(const tb_tensor *x, const char *what, tb_tensor *out);
 
+/* tb_ops_require_float for the ops that also compute in double (convolution, pooling): float64 passes. */
+static inline tb_status tb_nn_require_float(tb_dtype dtype, const char *what) {
+    return dtype == TB_F64 ? TB_OK : tb_ops_require_float(dtype, what);
+}
+
+/* A contiguous copy (or retained reference) of a float tensor in `compute` (TB_F32 or TB_F64). */
+tb_status tb_nn_stage_compute(const tb_tensor *x, tb_dtype compute, const char *what, tb_tensor *out);
+
 /* Stages an optional per-channel parameter: NULL leaves *out zeroed; otherwise it must be 1-D of
  * length `length` (TB_ERR_SHAPE naming `what`). */
 tb_status tb_nn_stage_vector(const tb_tensor *x, int64_t length, const char *what, tb_tensor *out);
@@ -72,5 +80,30 @@ typedef struct tb_conv_shape {
  * `name` prefixes messages ("conv2d", "convolution_backward"). */
 tb_status tb_conv_check(const char *name, const tb_tensor *x, const tb_tensor *weight, const tb_conv2d_params *params,
                         tb_conv_shape *shape);
+
+/* dst[i] = the sum over slots of partial[slot * count + i], added in slot order (deterministic for a
+ * given thread count); T is the element type of both. */
+#define TB_NN_SUM_SLOT_PARTIALS(T, dst, partial, count, slots)                    \
+    do {                                                                          \
+        memcpy((dst), (partial), (size_t)(count) * sizeof(T));                    \
+        for (int64_t slot_ = 1; slot_ < (slots); slot_++)                         \
+            for (int64_t i_ = 0; i_ < (count); i_++)                              \
+                (dst)[i_] += (partial)[slot_ * (count) + i_];                     \
+    } while (0)
+
+/* The views and checks both convolution backwards start with: 4-D views of grad_output and x (the caller
+ * releases them, also on error), x's batching, the validated shape, and grad_output's shape equal to
+ * the convolution's output (TB_ERR_SHAPE naming both). */
+tb_status tb_conv_backward_views(const tb_tensor *grad_output, const tb_tensor *x, const tb_tensor *weight,
+                                 const tb_conv2d_params *params, tb_tensor *dy4, tb_tensor *x4, bool *unbatched,
+                                 tb_conv_shape *s);
+
+/* ops_conv_f64.c: tb_op_conv2d / tb_op_conv2d_backward for float64 operands (computed in double;
+ * results are float64). Same contracts as the ops; no fused epilogue. */
+tb_status tb_conv2d_f64(const tb_tensor *x, const tb_tensor *weight, const tb_tensor *bias,
+                        const tb_conv2d_params *params, tb_tensor *out);
+tb_status tb_conv2d_backward_f64(const tb_tensor *grad_output, const tb_tensor *x, const tb_tensor *weight,
+                                 const tb_conv2d_params *params, const bool output_mask[3], tb_tensor *grad_input,
+                                 tb_tensor *grad_weight, tb_tensor *grad_bias);
 
 #endif

@@ -1,5 +1,6 @@
 /* 2-D pooling over NCHW (or CHW) tensors: max (with indices), average, adaptive average/max, and
- * their backward ops, one plane per task on the kernels of kernels/nn_kernels.h. Shape rules and
+ * their backward ops, one plane per task on the kernels of kernels/nn_kernels.h. float64 tensors
+ * compute in double (the portable f64 planes); every other float dtype in float32. Shape rules and
  * error cases follow PyTorch's pooling_output_shape / pool2d_shape_check. */
 #include <stdio.h>
 #include <string.h>
@@ -21,13 +22,29 @@ typedef struct pool_job {
     tb_window_geometry g; /* in/out sizes always set; the window fields for the non-adaptive kinds */
     bool count_include_pad;
     int64_t divisor_override;
-    const float *x; /* input planes (dy for the backward kinds) */
-    float *y;       /* output planes (dx for the backward kinds, zeroed) */
+    bool f64;       /* x and y hold doubles (else floats) */
+    const void *x;  /* input planes (dy for the backward kinds) */
+    void *y;        /* output planes (dx for the backward kinds, zeroed) */
     int64_t *index;
     const int64_t *index_in;
     tb_max_pool2d_plane_fn max_pool; /* the active ISA's */
     atomic_int bad_index;
 } pool_job;
+
+/* dx[index[j]] += dy[j] over plane p of pool_planes (reads its job, p, where, in_plane, out_plane); on an
+ * index outside the plane it sets bad_index and returns from the task. */
+#define SCATTER_PLANE(T)                                                                         \
+    do {                                                                                         \
+        const T *from = (const T *)job->x + p * out_plane;                                       \
+        T *to = (T *)job->y + p * in_plane;                                                      \
+        for (int64_t j = 0; j < out_plane; j++) {                                                \
+            if (where[j] < 0 || where[j] >= in_plane) {                                          \
+                atomic_store(&job->bad_index, 1);                                                \
+                return;                                                                          \
+            }                                                                                    \
+            to[where[j]] += from[j];                                                             \
+        }                                                                                        \
+    } while (0)
 
 static void pool_planes(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
@@ -35,37 +52,56 @@ static void pool_planes(void *context, int64_t begin, int64_t end, int thread_in
     const tb_window_geometry *g = &job->g;
     int64_t in_plane = g->in_h * g->in_w, out_plane = g->out_h * g->out_w;
     for (int64_t p = begin; p < end; p++) {
-        const float *x_in = job->x + p * in_plane, *dy = job->x + p * out_plane;
-        float *y_out = job->y + p * out_plane, *dx = job->y + p * in_plane;
+        /* forward kinds read an input plane and write an output plane, backward kinds the reverse */
+        const float *x_in = (const float *)job->x + p * in_plane, *dy = (const float *)job->x + p * out_plane;
+        float *y_out = (float *)job->y + p * out_plane, *dx = (float *)job->y + p * in_plane;
+        const double *x_in64 = (const double *)job->x + p * in_plane, *dy64 = (const double *)job->x + p * out_plane;
+        double *y_out64 = (double *)job->y + p * out_plane, *dx64 = (double *)job->y + p * in_plane;
         int64_t *index = job->index ? job->index + p * out_plane : NULL;
+        bool f64 = job->f64;
         switch (job->kind) {
         case POOL_MAX:
-            job->max_pool(g, x_in, y_out, index);
+            if (f64)
+                tb_max_pool2d_plane_f64(g, x_in64, y_out64, index);
+            else
+                job->max_pool(g, x_in, y_out, index);
             break;
         case POOL_AVG:
-            tb_avg_pool2d_plane_f32(g, job->count_include_pad, job->divisor_override, x_in, y_out);
+            if (f64)
+                tb_avg_pool2d_plane_f64(g, job->count_include_pad, job->divisor_override, x_in64, y_out64);
+            else
+                tb_avg_pool2d_plane_f32(g, job->count_include_pad, job->divisor_override, x_in, y_out);
             break;
         case POOL_AVG_BACKWARD:
-            tb_avg_pool2d_backward_plane_f32(g, job->count_include_pad, job->divisor_override, dy, dx);
+            if (f64)
+                tb_avg_pool2d_backward_plane_f64(g, job->count_include_pad, job->divisor_override, dy64, dx64);
+            else
+                tb_avg_pool2d_backward_plane_f32(g, job->count_include_pad, job->divisor_override, dy, dx);
             break;
         case POOL_ADAPTIVE_AVG:
-            tb_adaptive_avg_pool2d_plane_f32(g->in_h, g->in_w, g->out_h, g->out_w, x_in, y_out);
+            if (f64)
+                tb_adaptive_avg_pool2d_plane_f64(g->in_h, g->in_w, g->out_h, g->out_w, x_in64, y_out64);
+            else
+                tb_adaptive_avg_pool2d_plane_f32(g->in_h, g->in_w, g->out_h, g->out_w, x_in, y_out);
             break;
         case POOL_ADAPTIVE_AVG_BACKWARD:
-            tb_adaptive_avg_pool2d_backward_plane_f32(g->in_h, g->in_w, g->out_h, g->out_w, dy, dx);
+            if (f64)
+                tb_adaptive_avg_pool2d_backward_plane_f64(g->in_h, g->in_w, g->out_h, g->out_w, dy64, dx64);
+            else
+                tb_adaptive_avg_pool2d_backward_plane_f32(g->in_h, g->in_w, g->out_h, g->out_w, dy, dx);
             break;
         case POOL_ADAPTIVE_MAX:
-            tb_adaptive_max_pool2d_plane_f32(g->in_h, g->in_w, g->out_h, g->out_w, x_in, y_out, index);
+            if (f64)
+                tb_adaptive_max_pool2d_plane_f64(g->in_h, g->in_w, g->out_h, g->out_w, x_in64, y_out64, index);
+            else
+                tb_adaptive_max_pool2d_plane_f32(g->in_h, g->in_w, g->out_h, g->out_w, x_in, y_out, index);
             break;
         case POOL_SCATTER: {
             const int64_t *where = job->index_in + p * out_plane;
-            for (int64_t j = 0; j < out_plane; j++) {
-                if (where[j] < 0 || where[j] >= in_plane) {
-                    atomic_store(&job->bad_index, 1);
-                    return;
-                }
-                dx[where[j]] += dy[j];
-            }
+            if (f64)
+                SCATTER_PLANE(double);
+            else
+                SCATTER_PLANE(float);
             break;
         }
         }
@@ -144,9 +180,10 @@ static tb_status pool_forward(const char *name, pool_job *job, const tb_tensor *
     tb_tensor staged = {0}, result = {0}, index = {0};
     bool unbatched = x->ndim == 3;
     int64_t shape[4] = {x4->shape[0], x4->shape[1], job->g.out_h, job->g.out_w};
-    tb_status status = tb_nn_stage(x4, name, &staged);
+    job->f64 = x->dtype == TB_F64;
+    tb_status status = tb_nn_stage_compute(x4, job->f64 ? TB_F64 : TB_F32, name, &staged);
     if (status == TB_OK)
-        status = tb_tensor_empty(TB_F32, 4, shape, TB_ALLOC_DEFAULT, &result);
+        status = tb_tensor_empty(job->f64 ? TB_F64 : TB_F32, 4, shape, TB_ALLOC_DEFAULT, &result);
     if (status == TB_OK && indices)
         status = tb_tensor_empty(TB_I64, 4, shape, TB_ALLOC_DEFAULT, &index);
     if (status == TB_OK) {
@@ -174,7 +211,7 @@ tb_status tb_op_max_pool2d(const tb_tensor *x, const tb_pool2d_params *params, t
     memset(out, 0, sizeof *out);
     if (indices)
         memset(indices, 0, sizeof *indices);
-    TB_TRY(tb_ops_require_float(x->dtype, "max_pool2d: input"));
+    TB_TRY(tb_nn_require_float(x->dtype, "max_pool2d: input"));
     tb_tensor x4;
     bool unbatched;
     TB_TRY(tb_nn_view_4d(x, "max_pool2d: input", &x4, &unbatched));
@@ -188,7 +225,7 @@ tb_status tb_op_max_pool2d(const tb_tensor *x, const tb_pool2d_params *params, t
 
 tb_status tb_op_avg_pool2d(const tb_tensor *x, const tb_pool2d_params *params, tb_tensor *out) {
     memset(out, 0, sizeof *out);
-    TB_TRY(tb_ops_require_float(x->dtype, "avg_pool2d: input"));
+    TB_TRY(tb_nn_require_float(x->dtype, "avg_pool2d: input"));
     tb_tensor x4;
     bool unbatched;
     TB_TRY(tb_nn_view_4d(x, "avg_pool2d: input", &x4, &unbatched));
@@ -220,7 +257,7 @@ static tb_status adaptive_forward(pool_kind kind, const char *name, const char *
     memset(out, 0, sizeof *out);
     if (indices)
         memset(indices, 0, sizeof *indices);
-    TB_TRY(tb_ops_require_float(x->dtype, what));
+    TB_TRY(tb_nn_require_float(x->dtype, what));
     tb_tensor x4;
     bool unbatched;
     TB_TRY(tb_nn_view_4d(x, what, &x4, &unbatched));
@@ -271,13 +308,14 @@ static tb_status pool_backward(const char *name, pool_job *job, const tb_tensor 
     char what[96];
     snprintf(what, sizeof what, "%s: grad_output", name);
     tb_tensor staged = {0}, index = {0}, result = {0};
-    tb_status status = tb_nn_stage(grad_output, what, &staged);
+    job->f64 = grad_output->dtype == TB_F64;
+    tb_status status = tb_nn_stage_compute(grad_output, job->f64 ? TB_F64 : TB_F32, what, &staged);
     if (status == TB_OK && indices) {
         snprintf(what, sizeof what, "%s: indices", name);
         status = tb_nn_stage_index(indices, what, &index);
     }
     if (status == TB_OK)
-        status = tb_tensor_empty(TB_F32, 4, x4->shape, TB_ALLOC_ZERO, &result);
+        status = tb_tensor_empty(job->f64 ? TB_F64 : TB_F32, 4, x4->shape, TB_ALLOC_ZERO, &result);
     if (status == TB_OK) {
         job->x = tb_tensor_data(&staged);
         job->y = tb_tensor_data(&result);
@@ -301,7 +339,7 @@ tb_status tb_op_max_pool2d_backward(const tb_tensor *grad_output, const tb_tenso
                                     tb_tensor *out) {
     memset(out, 0, sizeof *out);
     const char *name = "max_pool2d_backward";
-    TB_TRY(tb_ops_require_float(grad_output->dtype, "max_pool2d_backward: grad_output"));
+    TB_TRY(tb_nn_require_float(grad_output->dtype, "max_pool2d_backward: grad_output"));
     tb_tensor x4;
     bool unbatched;
     TB_TRY(tb_nn_view_4d(x, "max_pool2d_backward: input", &x4, &unbatched));
@@ -317,7 +355,7 @@ tb_status tb_op_max_pool2d_backward(const tb_tensor *grad_output, const tb_tenso
 tb_status tb_op_avg_pool2d_backward(const tb_tensor *grad_output, const tb_tensor *x, const tb_pool2d_params *params,
                                     tb_tensor *out) {
     memset(out, 0, sizeof *out);
-    TB_TRY(tb_ops_require_float(grad_output->dtype, "avg_pool2d_backward: grad_output"));
+    TB_TRY(tb_nn_require_float(grad_output->dtype, "avg_pool2d_backward: grad_output"));
     tb_tensor x4;
     bool unbatched;
     TB_TRY(tb_nn_view_4d(x, "avg_pool2d_backward: input", &x4, &unbatched));
@@ -332,7 +370,7 @@ tb_status tb_op_avg_pool2d_backward(const tb_tensor *grad_output, const tb_tenso
 
 tb_status tb_op_adaptive_avg_pool2d_backward(const tb_tensor *grad_output, const tb_tensor *x, tb_tensor *out) {
     memset(out, 0, sizeof *out);
-    TB_TRY(tb_ops_require_float(grad_output->dtype, "adaptive_avg_pool2d_backward: grad_output"));
+    TB_TRY(tb_nn_require_float(grad_output->dtype, "adaptive_avg_pool2d_backward: grad_output"));
     tb_tensor x4;
     bool unbatched;
     TB_TRY(tb_nn_view_4d(x, "adaptive_avg_pool2d_backward: input", &x4, &unbatched));

@@ -1,5 +1,6 @@
-/* turbo_torch's convolution and pooling: the float32 C kernels of ops_nn.h (the same ones the compile
- * backend runs) with autograd nodes whose backward calls their backward kernels. The transposed
+/* turbo_torch's convolution and pooling: the C kernels of ops_nn.h (the same ones the compile
+ * backend runs; float32, and float64 computed in double) with autograd nodes whose backward calls
+ * their backward kernels. The transposed
  * convolution has no loops of its own: it is the input-gradient of a convolution (see
  * conv_transpose2d below), so it runs on the convolution backward kernels. */
 #include "eager_nn.h"
@@ -116,13 +117,43 @@ tb_status tt_nn_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
     }
 }
 
-static int float32_only(PyObject *x, const char *what) {
-    if (tt_data(x)->dtype != TB_F32) {
-        PyErr_Format(PyExc_NotImplementedError, "turbo_torch: %s runs in float32 only for now (got %s)", what,
-                     tb_dtype_name(tt_data(x)->dtype));
+/* The kernels run float32 and float64. Operands [x, weight, bias or None] (n of them) must share x's
+ * dtype; the errors are torch's. */
+static int float_operands(const char *what, int n, PyObject *const *operands) {
+    tb_dtype first = tt_data(operands[0])->dtype;
+    if (first != TB_F32 && first != TB_F64) {
+        PyErr_Format(PyExc_NotImplementedError, "turbo_torch: %s runs in float32 and float64 only for now (got %s)",
+                     what, tb_dtype_name(first));
+        return -1;
+    }
+    static const char *const scalar_type[2] = {"Float", "Double"}, *const c_type[2] = {"float", "double"};
+    for (int i = 1; i < n; i++) {
+        if (operands[i] == Py_None || tt_data(operands[i])->dtype == first)
+            continue;
+        tb_dtype other = tt_data(operands[i])->dtype;
+        int a = first == TB_F64, b = other == TB_F64;
+        if (i == 1 && other == (a ? TB_F32 : TB_F64))
+            PyErr_Format(PyExc_RuntimeError, "expected scalar type %s but found %s", scalar_type[a], scalar_type[b]);
+        else
+            PyErr_Format(PyExc_RuntimeError, "Input type (%s) and %s type (%s) should be the same", c_type[a],
+                         i == 1 ? "weight" : "bias", other == TB_F32 || other == TB_F64 ? c_type[b] :
+                         tb_dtype_name(other));
         return -1;
     }
     return 0;
+}
+
+/* padding as an int, a pair, or (top, left, extra_bottom, extra_right): torch's padding='same' with an
+ * even effective kernel puts the odd element at the bottom/right */
+static int conv_padding(PyObject *o, tb_conv2d_params *p) {
+    if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 4) {
+        for (int i = 0; i < 2; i++) {
+            p->padding[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(o, i));
+            p->extra_padding[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(o, 2 + i));
+        }
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    return int_pair(o, p->padding, "padding");
 }
 
 /* _tt_conv2d(x, weight, bias_or_None, stride, padding, dilation, groups) */
@@ -130,11 +161,11 @@ static PyObject *py_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     if (nargs != 7 || !tt_check(args[0]) || !tt_check(args[1]) || (args[2] != Py_None && !tt_check(args[2])))
         return PyErr_Format(PyExc_TypeError, "_tt_conv2d(x, weight, bias, stride, padding, dilation, groups)"), NULL;
     tb_conv2d_params p = {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
-    if (int_pair(args[3], p.stride, "stride") != 0 || int_pair(args[4], p.padding, "padding") != 0 ||
+    if (int_pair(args[3], p.stride, "stride") != 0 || conv_padding(args[4], &p) != 0 ||
         int_pair(args[5], p.dilation, "dilation") != 0)
         return NULL;
     p.groups = PyLong_AsLongLong(args[6]);
-    if (PyErr_Occurred() || float32_only(args[0], "conv2d") != 0 || float32_only(args[1], "conv2d") != 0)
+    if (PyErr_Occurred() || float_operands("conv2d", 3, args) != 0)
         return NULL;
     const tb_tensor *bias = args[2] == Py_None ? NULL : tt_data(args[2]);
     tb_tensor out;
@@ -163,26 +194,34 @@ static PyObject *py_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
-/* out[n, c] += bias[c] over a fresh contiguous float32 [N, C, H, W] */
+/* out[n, c] += bias[c] over a fresh contiguous float32 or float64 [N, C, H, W] */
+#define ADD_CHANNEL_BIAS(T)                                                   \
+    do {                                                                      \
+        const T *bv = tb_tensor_data(&b);                                     \
+        T *o = tb_tensor_data(out);                                           \
+        for (int64_t nc = 0; nc < out->shape[0] * channels; nc++) {           \
+            T add = bv[nc % channels];                                        \
+            for (int64_t i = 0; i < plane; i++)                               \
+                o[nc * plane + i] += add;                                     \
+        }                                                                     \
+    } while (0)
+
 static tb_status add_channel_bias(const tb_tensor *bias, tb_tensor *out) {
     int64_t channels = out->shape[1], plane = out->shape[2] * out->shape[3];
     if (bias->ndim != 1 || bias->shape[0] != channels)
         return tb_error_set(TB_ERR_SHAPE, "conv_transpose2d: bias must be 1-D with %lld elements",
                             (long long)channels);
     tb_tensor b = {0};
-    TB_TRY(tb_tensor_contiguous(bias, TB_F32, &b));
-    const float *bv = tb_tensor_data(&b);
-    float *o = tb_tensor_data(out);
-    for (int64_t nc = 0; nc < out->shape[0] * channels; nc++) {
-        float add = bv[nc % channels];
-        for (int64_t i = 0; i < plane; i++)
-            o[nc * plane + i] += add;
-    }
+    TB_TRY(tb_tensor_contiguous(bias, out->dtype, &b));
+    if (out->dtype == TB_F64)
+        ADD_CHANNEL_BIAS(double);
+    else
+        ADD_CHANNEL_BIAS(float);
     tb_tensor_release(&b);
     return TB_OK;
 }
 
-/* aten::conv_transpose2d on batched float32: x [N, C_in, H, W], w [C_in, C_out / groups, KH, KW] ->
+/* aten::conv_transpose2d on batched float32 or float64: x [N, C_in, H, W], w [C_in, C_out / groups, KH, KW] ->
  * [N, C_out, OH, OW], OH = (H - 1) * stride - 2 * padding + dilation * (KH - 1) + output_padding + 1.
  * The convolution with weight w from [N, C_out, OH, OW] to [N, C_in, H, W] (every output_padding <
  * stride, so its output height is H again) has exactly this map as its input-gradient: the forward
@@ -214,7 +253,7 @@ static tb_status conv_transpose2d(const tb_tensor *x, const tb_tensor *w, const 
                                 (long long)shape[2 + i], 2 + i);
     }
     tb_tensor one = {0}, shape_only = {0}, unused_weight = {0}, unused_bias = {0};
-    TB_TRY(tb_tensor_empty(TB_F32, 4, (int64_t[]){1, 1, 1, 1}, TB_ALLOC_ZERO, &one));
+    TB_TRY(tb_tensor_empty(x->dtype, 4, (int64_t[]){1, 1, 1, 1}, TB_ALLOC_ZERO, &one));
     tb_status status = tb_tensor_expand(&one, 4, shape, &shape_only);
     bool mask[3] = {true, false, false};
     if (status == TB_OK)
@@ -239,9 +278,7 @@ static PyObject *py_conv_transpose2d(PyObject *m, PyObject *const *args, Py_ssiz
         int_pair(args[5], output_padding, "output_padding") != 0 || int_pair(args[7], p.dilation, "dilation") != 0)
         return NULL;
     p.groups = PyLong_AsLongLong(args[6]);
-    if (PyErr_Occurred() || float32_only(args[0], "conv_transpose2d") != 0 ||
-        float32_only(args[1], "conv_transpose2d") != 0 ||
-        (args[2] != Py_None && float32_only(args[2], "conv_transpose2d") != 0))
+    if (PyErr_Occurred() || float_operands("conv_transpose2d", 3, args) != 0)
         return NULL;
     const tb_tensor *bias = args[2] == Py_None ? NULL : tt_data(args[2]);
     tb_tensor out;
@@ -277,7 +314,7 @@ static PyObject *py_pool2d(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
                             "count_include_pad, divisor)"), NULL;
     long kind = PyLong_AsLong(args[0]);
     PyObject *x = args[1];
-    if (float32_only(x, "pooling") != 0)
+    if (float_operands("pooling", 1, &args[1]) != 0)
         return NULL;
     tb_pool2d_params p = {{1, 1}, {1, 1}, {0, 0}, {1, 1}, false, true, 0};
     tb_tensor out = {0}, indices = {0};

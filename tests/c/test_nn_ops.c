@@ -328,6 +328,71 @@ static void test_conv_gemm(void) {
     }
 }
 
+/* float64 conv2d through the op (grouped, every geometry case) against a naive double loop: it must
+ * compute in double (errors ~1e-15; a float32 round trip is ~1e-7 off), return float64, and its
+ * backward must be the adjoint: <conv(x), g> = <x, dx> and = <w, dw>. */
+static void test_conv2d_f64(void) {
+    for (int ci = 0; ci < CASE_COUNT; ci++) {
+        const geometry_case *c = &cases[ci];
+        int64_t groups = c->channels > 1 && c->channels % 2 == 0 ? 2 : 1, out_channels = 2 * groups;
+        int64_t xs[4] = {2, c->channels, c->in_h, c->in_w};
+        int64_t ws[4] = {out_channels, c->channels / groups, c->kernel_h, c->kernel_w};
+        tb_conv2d_params p = {.stride = {c->stride_h, c->stride_w}, .padding = {c->pad_top, c->pad_left},
+                              .dilation = {c->dilation_h, c->dilation_w}, .groups = groups};
+        tb_tensor x, w, y, g, dx, dw, db;
+        TB_CHECK(tb_tensor_empty(TB_F64, 4, xs, TB_ALLOC_DEFAULT, &x) == TB_OK);
+        TB_CHECK(tb_tensor_empty(TB_F64, 4, ws, TB_ALLOC_DEFAULT, &w) == TB_OK);
+        double *xv = tb_tensor_data(&x), *wv = tb_tensor_data(&w);
+        for (int64_t i = 0; i < tb_tensor_numel(&x); i++)
+            xv[i] = sin(0.37 * (double)i + ci) * (1.0 + 1e-9 * (double)i);
+        for (int64_t i = 0; i < tb_tensor_numel(&w); i++)
+            wv[i] = cos(0.71 * (double)i - ci);
+        TB_CHECK(tb_op_conv2d(&x, &w, NULL, &p, &y) == TB_OK);
+        TB_CHECK(y.dtype == TB_F64 && y.ndim == 4);
+        tb_window_geometry geo = geometry_of(c);
+        geo.channels = c->channels / groups;
+        TB_CHECK(y.shape[2] == geo.out_h && y.shape[3] == geo.out_w);
+        const double *yv = tb_tensor_data(&y);
+        int64_t spatial = geo.out_h * geo.out_w, k = geo.channels * c->kernel_h * c->kernel_w, plane = c->in_h * c->in_w;
+        double worst = 0.0, forward_dot = 0.0;
+        for (int64_t n = 0; n < 2; n++)
+            for (int64_t co = 0; co < out_channels; co++)
+                for (int64_t j = 0; j < spatial; j++) {
+                    int64_t group = co / (out_channels / groups);
+                    const double *xg = xv + (n * c->channels + group * geo.channels) * plane;
+                    double sum = 0.0;
+                    for (int64_t r = 0; r < k; r++) {
+                        int64_t kw = r % c->kernel_w, kh = (r / c->kernel_w) % c->kernel_h;
+                        int64_t ih = j / geo.out_w * c->stride_h - c->pad_top + kh * c->dilation_h;
+                        int64_t iw = j % geo.out_w * c->stride_w - c->pad_left + kw * c->dilation_w;
+                        if (ih >= 0 && ih < c->in_h && iw >= 0 && iw < c->in_w)
+                            sum += wv[co * k + r] * xg[r / (c->kernel_w * c->kernel_h) * plane + ih * c->in_w + iw];
+                    }
+                    double got = yv[(n * out_channels + co) * spatial + j];
+                    worst = fmax(worst, fabs(sum - got));
+                    forward_dot += got * got; /* g = y below */
+                }
+        TB_CHECK_MSG(worst < 1e-12, "conv2d f64 case %d: max error %g", ci, worst);
+        bool mask[3] = {true, true, true};
+        tb_tensor_retain(&y, &g);
+        TB_CHECK(tb_op_conv2d_backward(&g, &x, &w, &p, mask, &dx, &dw, &db) == TB_OK);
+        TB_CHECK(dx.dtype == TB_F64 && dw.dtype == TB_F64 && db.dtype == TB_F64);
+        double x_dot = 0.0, w_dot = 0.0;
+        const double *dxv = tb_tensor_data(&dx), *dwv = tb_tensor_data(&dw);
+        for (int64_t i = 0; i < tb_tensor_numel(&x); i++)
+            x_dot += xv[i] * dxv[i];
+        for (int64_t i = 0; i < tb_tensor_numel(&w); i++)
+            w_dot += wv[i] * dwv[i];
+        /* y is linear in x and in w: <y, y> = <x, dL/dx> = <w, dL/dw> for L = <y, y> / 2 */
+        TB_CHECK_MSG(fabs(x_dot - forward_dot) <= 1e-11 * fmax(1.0, forward_dot) &&
+                         fabs(w_dot - forward_dot) <= 1e-11 * fmax(1.0, forward_dot),
+                     "conv2d_backward f64 case %d: %g %g %g", ci, forward_dot, x_dot, w_dot);
+        tb_tensor t[] = {x, w, y, g, dx, dw, db};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            tb_tensor_release(&t[i]);
+    }
+}
+
 static int is_zeroed(const tb_tensor *t) { return t->storage == NULL; }
 
 static void test_bad_arguments(void) {
@@ -368,6 +433,7 @@ int main(void) {
     test_max_pool_planes();
     test_max_pool_stride2();
     test_conv_gemm();
+    test_conv2d_f64();
     test_bad_arguments();
     return tb_test_finish("nn_ops");
 }

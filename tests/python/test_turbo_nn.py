@@ -265,6 +265,52 @@ def test_train_eval_zero_grad_hooks_apply_to():
         net.scale = tt.ones(1)
 
 
+def _hook_script(nn, T):
+    """The same hook program on torch.nn or turbo_torch.nn; returns what it observed."""
+    seen = []
+
+    class Scale(nn.Module):
+        def forward(self, x, scale=1.0, *, shift=0.0):
+            return x * scale + shift
+
+    m = Scale()
+    # with_kwargs pre-hooks get (args, kwargs) and may return both, replaced
+    h1 = m.register_forward_pre_hook(lambda mod, args, kwargs: (args, {**kwargs, "shift": kwargs.get("shift", 0) + 1}),
+                                     with_kwargs=True)
+    h2 = m.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))  # plain: args only
+    h3 = m.register_forward_pre_hook(lambda mod, args, kwargs: seen.append(("pre", sorted(kwargs))),
+                                     with_kwargs=True, prepend=True)
+    h4 = m.register_forward_hook(lambda mod, args, kwargs, out: out + kwargs["shift"], with_kwargs=True)
+    h5 = m.register_forward_hook(lambda mod, args, out: seen.append(("post", float(out.sum()))))
+    seen.append(float(m(T([1.0, 2.0]), 3.0, shift=0.5).sum()))
+    h1.remove()
+    seen.append(float(m(T([1.0, 2.0]), shift=0.0).sum()))
+    h4.remove()
+    seen.append(float(m(T([1.0, 2.0])).sum()))
+    for h in (h2, h3, h5):
+        h.remove()
+    # always_call hooks still run when forward raises; other hooks do not
+    m.register_forward_hook(lambda mod, args, out: seen.append(("always", out)), always_call=True)
+    m.register_forward_hook(lambda mod, args, out: seen.append(("never", out)))
+    try:
+        m(T([1.0]), "not a number")
+    except TypeError:
+        seen.append("raised")
+    bad = Scale()
+    bad.register_forward_pre_hook(lambda mod, args, kwargs: args, with_kwargs=True)
+    try:
+        bad(T([1.0, 2.0, 3.0]))
+    except RuntimeError as error:
+        seen.append(str(error).split(",")[0])
+    return seen
+
+
+def test_forward_hooks_with_kwargs_and_always_call_like_torch():
+    expected = _hook_script(torch.nn, lambda v: torch.tensor(v))
+    assert "raised" in expected and ("always", None) in expected
+    assert _hook_script(tnn, lambda v: tt.tensor(v)) == expected
+
+
 def test_parameter_and_init_distributions():
     p = tnn.Parameter(tt.zeros(3))
     assert isinstance(p, tt.Tensor) and p.requires_grad and p.is_leaf
@@ -333,26 +379,94 @@ CONV_MODULES = [
     ("AdaptiveAvgPool2d 3", lambda m: m.AdaptiveAvgPool2d(3), (2, 3, 7, 5)),
     ("small CNN", lambda m: m.Sequential(m.Conv2d(1, 4, 3, padding=1), m.BatchNorm2d(4), m.ReLU(), m.MaxPool2d(2),
                                          m.Flatten(), m.Linear(4 * 4 * 4, 3)), (2, 1, 8, 8)),
+    # odd sizes, every geometry option, padding='same' with an even effective kernel (extra bottom/right)
+    ("Conv2d rect stride dilation groups", lambda m: m.Conv2d(6, 9, (3, 2), stride=(2, 1), padding=(1, 2),
+                                                              dilation=(1, 2), groups=3), (3, 6, 11, 9)),
+    ("Conv2d depthwise", lambda m: m.Conv2d(4, 8, 3, padding=1, groups=4), (2, 4, 7, 5)),
+    ("Conv2d 1x1", lambda m: m.Conv2d(5, 3, 1), (2, 5, 4, 3)),
+    ("Conv2d same even", lambda m: m.Conv2d(3, 2, 4, padding="same"), (2, 3, 7, 6)),
+    ("Conv2d same even rect", lambda m: m.Conv2d(2, 3, (2, 5), padding="same", dilation=(3, 1)), (1, 2, 6, 8)),
+    ("Conv1d same even dilated", lambda m: m.Conv1d(3, 4, 2, padding="same", dilation=3), (2, 3, 11)),
+    ("Conv1d stride groups", lambda m: m.Conv1d(4, 6, 3, stride=2, groups=2, bias=False), (3, 4, 13)),
+    ("Conv1d unbatched", lambda m: m.Conv1d(2, 3, 3, padding=1), (2, 9)),
+    ("Conv2d unbatched", lambda m: m.Conv2d(2, 3, 3, padding=1), (2, 5, 6)),
+    ("MaxPool2d ceil dilation", lambda m: m.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True), (2, 3, 11, 9)),
+    ("MaxPool1d stride pad", lambda m: m.MaxPool1d(3, 2, 1), (2, 3, 11)),
+    ("AvgPool2d ceil no pad count", lambda m: m.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
+     (2, 3, 10, 7)),
+    ("AvgPool2d divisor", lambda m: m.AvgPool2d((2, 3), (1, 2), divisor_override=4), (1, 2, 5, 8)),
+    ("AdaptiveAvgPool2d up", lambda m: m.AdaptiveAvgPool2d((5, 7)), (2, 2, 3, 4)),
+    ("AdaptiveAvgPool2d None", lambda m: m.AdaptiveAvgPool2d((2, None)), (1, 3, 7, 5)),
+    ("GroupNorm 4-d", lambda m: m.GroupNorm(3, 6), (2, 6, 5, 3)),
+    ("BatchNorm2d eval", lambda m: m.BatchNorm2d(3).eval(), (2, 3, 5, 4)),
 ]
 
+# float32 agrees to the float32 kernels' rounding; float64 must be computed in double (a float32 round
+# trip is ~1e-7 off, so these bounds catch it)
+CONV_TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
 
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name,build,shape", CONV_MODULES, ids=[c[0] for c in CONV_MODULES])
-def test_conv_and_pool_match_torch(name, build, shape):
+def test_conv_and_pool_match_torch(name, build, shape, dtype):
     torch.manual_seed(0)
-    ref = build(torch.nn)
-    ours = build(tnn)
+    ref = build(torch.nn).to(getattr(torch, dtype))
+    ours = build(tnn).to(getattr(tt, dtype))
     copy_state(ref, ours)
-    x = torch.randn(*shape, requires_grad=True)
+    x = torch.randn(*shape, dtype=getattr(torch, dtype), requires_grad=True)
     xo = to_tt(x.detach()).requires_grad_(True)
     y, yo = ref(x), ours(xo)
-    close(y, yo, rtol=1e-4, atol=1e-4, what="output")
-    g = torch.randn(*y.shape)
+    tol = CONV_TOLERANCE[dtype]
+    assert yo.dtype is getattr(tt, dtype)
+    close(y, yo, rtol=tol, atol=tol, what="output")
+    g = torch.randn(*y.shape, dtype=y.dtype)
     y.backward(g)
     yo.backward(to_tt(g))
-    close(x.grad, xo.grad, rtol=1e-4, atol=1e-4, what="input grad")
+    assert xo.grad.dtype is getattr(tt, dtype)
+    close(x.grad, xo.grad, rtol=tol, atol=tol, what="input grad")
     for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
-        close(p.grad, po.grad, rtol=1e-4, atol=1e-4, what=f"grad of {k}")
+        assert po.grad.dtype is getattr(tt, dtype)
+        close(p.grad, po.grad, rtol=tol, atol=tol, what=f"grad of {k}")
+    for (k, b), (_, bo) in zip(ref.named_buffers(), ours.named_buffers()):
+        close(b, bo, rtol=tol, atol=tol, what=f"buffer {k}")
     assert repr(ours) == repr(ref)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_pool_indices_and_special_values(dtype):
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 7, 9, dtype=getattr(torch, dtype))
+    x[0, 0, 1, 1] = float("nan")
+    x[1, 2, :3, :3] = float("-inf")
+    x[0, 1, 2, :] = float("inf")
+    for kwargs in [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=(2, 3), stride=1, dilation=(2, 1),
+                                                                  ceil_mode=True)]:
+        y, idx = torch.nn.functional.max_pool2d(x, return_indices=True, **kwargs)
+        yo, idxo = tnn.functional.max_pool2d(to_tt(x), return_indices=True, **kwargs)
+        assert yo.dtype is getattr(tt, dtype) and idxo.dtype is tt.int64
+        np.testing.assert_array_equal(to_np(yo), to_np(y))
+        assert idxo.tolist() == idx.tolist()
+    y1, i1 = torch.nn.functional.max_pool1d(x[:, 0], 3, 2, 1, return_indices=True)
+    yo1, io1 = tnn.functional.max_pool1d(to_tt(x[:, 0]), 3, 2, 1, return_indices=True)
+    np.testing.assert_array_equal(to_np(yo1), to_np(y1))
+    assert io1.tolist() == i1.tolist()
+
+
+def test_conv_pool_float64_stays_float64_and_refuses_mixed_dtypes():
+    x = tt.randn(1, 2, 5, 5, dtype=tt.float64)
+    w = tt.randn(3, 2, 3, 3, dtype=tt.float64)
+    tiny = 1e-300  # representable in double, 0 in float32: a float32 round trip would lose it
+    y = tnn.functional.conv2d(x * tiny, w, None)
+    assert y.dtype is tt.float64 and float(y.abs().max()) > 0
+    assert float(tnn.functional.avg_pool2d(x * tiny, 2).abs().max()) > 0
+    with pytest.raises(RuntimeError, match="expected scalar type Double but found Float"):
+        tnn.functional.conv2d(x, w.float())
+    with pytest.raises(RuntimeError, match="expected scalar type Float but found Double"):
+        tnn.functional.conv2d(x.float(), w)
+    with pytest.raises(RuntimeError, match=r"Input type \(double\) and bias type \(float\) should be the same"):
+        tnn.functional.conv2d(x, w, tt.zeros(3))
+    with pytest.raises(RuntimeError, match="expected scalar type Double but found Float"):
+        tnn.functional.conv_transpose2d(x, tt.randn(2, 3, 3, 3))
 
 
 SEQUENCE_MODULES = [
@@ -369,6 +483,21 @@ SEQUENCE_MODULES = [
                                                                   batch_first=True), "rnn", True),
     ("GRU", lambda m: m.GRU(5, 6, num_layers=2), "rnn", False),
     ("RNN relu", lambda m: m.RNN(5, 6, nonlinearity="relu", bidirectional=True), "rnn", False),
+    ("LSTM proj_size", lambda m: m.LSTM(5, 6, proj_size=3), "rnn", False),
+    ("LSTM proj_size 2 layers bidirectional batch_first", lambda m: m.LSTM(5, 6, num_layers=2, bidirectional=True,
+                                                                            batch_first=True, proj_size=4), "rnn", True),
+    ("LSTM 3 layers bidirectional no bias", lambda m: m.LSTM(5, 4, num_layers=3, bidirectional=True, bias=False),
+     "rnn", False),
+    ("GRU 2 layers bidirectional batch_first", lambda m: m.GRU(5, 6, num_layers=2, bidirectional=True,
+                                                                batch_first=True), "rnn", True),
+    ("RNN tanh 3 layers batch_first no bias", lambda m: m.RNN(5, 3, num_layers=3, batch_first=True, bias=False),
+     "rnn", True),
+    ("MultiheadAttention kdim vdim", lambda m: m.MultiheadAttention(8, 2, kdim=5, vdim=3), "mha", False),
+    ("MultiheadAttention add_bias_kv add_zero_attn", lambda m: m.MultiheadAttention(8, 2, add_bias_kv=True,
+                                                                                     add_zero_attn=True), "mha", False),
+    ("MultiheadAttention all batch_first", lambda m: m.MultiheadAttention(8, 4, kdim=6, vdim=7, add_bias_kv=True,
+                                                                           add_zero_attn=True, batch_first=True),
+     "mha", True),
     ("LSTMCell", lambda m: m.LSTMCell(5, 6), "cell", False),
     ("GRUCell", lambda m: m.GRUCell(5, 6), "cell", False),
 ]
@@ -393,13 +522,22 @@ def test_sequence_modules_match_torch(name, build, kind, batch_first):
     x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     xo = to_tt(x.detach()).requires_grad_(True)
     if kind == "mha":
-        mask = torch.tensor([[False, False, True]] * 4) if not batch_first else torch.tensor([[False, True, False]] * 3)
         key_len = shape[1] if batch_first else shape[0]
         kp = torch.zeros(shape[1] if not batch_first else shape[0], key_len, dtype=torch.bool)
         kp[0, -1] = True
-        y = ref(x, x, x, key_padding_mask=kp)
-        yo = ours(xo, xo, xo, key_padding_mask=to_tt(kp))
-        del mask
+        if ref.kdim == ref.embed_dim and ref.vdim == ref.embed_dim:
+            y = ref(x, x, x, key_padding_mask=kp)
+            yo = ours(xo, xo, xo, key_padding_mask=to_tt(kp))
+        else:  # keys and values of their own widths (and one more key than queries), plus an attn_mask
+            kv_shape = (shape[0], 4, None) if batch_first else (4, shape[1], None)
+            key = torch.randn(*kv_shape[:2], ref.kdim, dtype=torch.float64, requires_grad=True)
+            value = torch.randn(*kv_shape[:2], ref.vdim, dtype=torch.float64, requires_grad=True)
+            ko, vo = to_tt(key.detach()).requires_grad_(True), to_tt(value.detach()).requires_grad_(True)
+            kp = torch.zeros(x.shape[0] if batch_first else x.shape[1], 4, dtype=torch.bool)
+            kp[1, 0] = True
+            am = torch.randn(3, 4, dtype=torch.float64)
+            y = ref(x, key, value, key_padding_mask=kp, attn_mask=am)
+            yo = ours(xo, ko, vo, key_padding_mask=to_tt(kp), attn_mask=to_tt(am))
     elif kind == "dec":
         memory = torch.randn(5, 4, 8, dtype=torch.float64)
         y = ref(x, memory)
@@ -415,9 +553,73 @@ def test_sequence_modules_match_torch(name, build, kind, batch_first):
     torch.autograd.backward(outs_t, seeds)
     tt.autograd.backward(outs_o, [to_tt(s) for s in seeds])
     close(x.grad, xo.grad, rtol=1e-6, atol=1e-6, what="input grad")
+    if kind == "mha" and not (ref.kdim == ref.embed_dim and ref.vdim == ref.embed_dim):
+        close(key.grad, ko.grad, rtol=1e-6, atol=1e-6, what="key grad")
+        close(value.grad, vo.grad, rtol=1e-6, atol=1e-6, what="value grad")
     for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
         close(p.grad, po.grad, rtol=1e-6, atol=1e-6, what=f"grad of {k}")
     assert repr(ours) == repr(ref)
+
+
+RECURRENT_CASES = [
+    ("LSTM", dict(num_layers=2, bidirectional=True, batch_first=True)),
+    ("LSTM", dict(num_layers=2, bidirectional=True, proj_size=3)),
+    ("LSTM", dict(num_layers=1, batch_first=True, proj_size=2, bias=False)),
+    ("GRU", dict(num_layers=3, bidirectional=True, batch_first=True)),
+    ("RNN", dict(num_layers=2, bidirectional=True, nonlinearity="relu")),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kind,kwargs", RECURRENT_CASES, ids=[f"{k}-{v}" for k, v in RECURRENT_CASES])
+def test_recurrent_with_initial_state_and_unbatched(kind, kwargs, dtype):
+    """Given initial states (h0 of proj_size for projected LSTMs), batched and unbatched, float32 (the fused
+    C LSTM layer where it applies) and float64: outputs, final states and every gradient equal torch's."""
+    torch.manual_seed(3)
+    ref = getattr(torch.nn, kind)(5, 6, **kwargs).to(getattr(torch, dtype))
+    ours = getattr(tnn, kind)(5, 6, **kwargs).to(getattr(tt, dtype))
+    copy_state(ref, ours)
+    assert list(ours.state_dict()) == list(ref.state_dict())
+    assert [tuple(p.shape) for p in ours.parameters()] == [tuple(p.shape) for p in ref.parameters()]
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
+    h_width = kwargs.get("proj_size", 0) or 6
+    for batched in (True, False):
+        x = torch.randn(*((2, 4, 5) if kwargs.get("batch_first") else (4, 2, 5)) if batched else (4, 5),
+                        dtype=getattr(torch, dtype), requires_grad=True)
+        state_shape = (layers, 2) if batched else (layers,)
+        h0 = torch.randn(*state_shape, h_width, dtype=x.dtype, requires_grad=True)
+        hx = (h0, torch.randn(*state_shape, 6, dtype=x.dtype, requires_grad=True)) if kind == "LSTM" else h0
+        hx_o = tuple(to_tt(h.detach()).requires_grad_(True) for h in hx) if kind == "LSTM" else \
+            to_tt(h0.detach()).requires_grad_(True)
+        xo = to_tt(x.detach()).requires_grad_(True)
+        y, yo = ref(x, hx), ours(xo, hx_o)
+        outs_t, outs_o = _flatten_outputs(y), _flatten_outputs(yo)
+        assert [tuple(a.shape) for a in outs_t] == [tuple(b.shape) for b in outs_o]
+        for a, b in zip(outs_t, outs_o):
+            close(a, b, rtol=tol, atol=tol, what="output")
+        seeds = [torch.randn(*a.shape, dtype=a.dtype) for a in outs_t]
+        ref.zero_grad()
+        ours.zero_grad()
+        torch.autograd.backward(outs_t, seeds)
+        tt.autograd.backward(outs_o, [to_tt(s) for s in seeds])
+        close(x.grad, xo.grad, rtol=tol, atol=tol, what="input grad")
+        for a, b in zip(_flatten_outputs(hx), _flatten_outputs(hx_o)):
+            close(a.grad, b.grad, rtol=tol, atol=tol, what="initial state grad")
+        for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
+            close(p.grad, po.grad, rtol=tol, atol=tol, what=f"grad of {k}")
+
+
+def test_recurrent_and_attention_argument_errors():
+    for build in (lambda m: m.LSTM(4, 3, proj_size=3), lambda m: m.LSTM(4, 3, proj_size=-1),
+                  lambda m: m.GRU(4, 3, proj_size=2), lambda m: m.RNN(4, 3, proj_size=1)):
+        with torch_raises_like(lambda: build(torch.nn)):
+            build(tnn)
+    mha = tnn.MultiheadAttention(6, 2, kdim=4, vdim=5, add_bias_kv=True)
+    assert mha.in_proj_weight is None and tuple(mha.k_proj_weight.shape) == (6, 4)
+    assert tuple(mha.v_proj_weight.shape) == (6, 5) and tuple(mha.bias_k.shape) == (1, 1, 6)
+    assert list(mha.state_dict()) == list(torch.nn.MultiheadAttention(6, 2, kdim=4, vdim=5,
+                                                                       add_bias_kv=True).state_dict())
 
 
 # ---- transposed convolution (C: the input-gradient of a convolution) ----------------------------------
@@ -446,27 +648,30 @@ CONV_TRANSPOSE_MODULES = [
 ]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name,build,shape,output_size", CONV_TRANSPOSE_MODULES,
                          ids=[c[0] for c in CONV_TRANSPOSE_MODULES])
-def test_conv_transpose_matches_torch(name, build, shape, output_size):
+def test_conv_transpose_matches_torch(name, build, shape, output_size, dtype):
     torch.manual_seed(0)
-    ref = build(torch.nn)
-    ours = build(tnn)
+    ref = build(torch.nn).to(getattr(torch, dtype))
+    ours = build(tnn).to(getattr(tt, dtype))
     copy_state(ref, ours)
-    x = torch.randn(*shape, requires_grad=True)
+    x = torch.randn(*shape, dtype=getattr(torch, dtype), requires_grad=True)
     xo = to_tt(x.detach()).requires_grad_(True)
     if output_size is None:
         y, yo = ref(x), ours(xo)
     else:
         y, yo = ref(x, output_size=output_size), ours(xo, output_size=output_size)
-    assert tuple(yo.shape) == tuple(y.shape)
-    close(y, yo, rtol=1e-4, atol=1e-4, what="output")
-    g = torch.randn(*y.shape)
+    assert tuple(yo.shape) == tuple(y.shape) and yo.dtype is getattr(tt, dtype)
+    tol = CONV_TOLERANCE[dtype]
+    close(y, yo, rtol=tol, atol=tol, what="output")
+    g = torch.randn(*y.shape, dtype=y.dtype)
     y.backward(g)
     yo.backward(to_tt(g))
-    close(x.grad, xo.grad, rtol=1e-4, atol=1e-4, what="input grad")
+    close(x.grad, xo.grad, rtol=tol, atol=tol, what="input grad")
     for (k, p), (_, po) in zip(ref.named_parameters(), ours.named_parameters()):
-        close(p.grad, po.grad, rtol=1e-4, atol=1e-4, what=f"grad of {k}")
+        assert po.grad.dtype is getattr(tt, dtype)
+        close(p.grad, po.grad, rtol=tol, atol=tol, what=f"grad of {k}")
     assert repr(ours) == repr(ref)
     if isinstance(ref, torch.nn.ConvTranspose2d) and len(shape) == 4:
         assert yo.grad_fn.name() == y.grad_fn.name()
@@ -570,9 +775,10 @@ UPSAMPLE_MODULES = [
 ]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name,build,shape", UPSAMPLE_MODULES, ids=[c[0] for c in UPSAMPLE_MODULES])
-def test_upsample_modules_match_torch(name, build, shape):
-    test_conv_and_pool_match_torch(name, build, shape)
+def test_upsample_modules_match_torch(name, build, shape, dtype):
+    test_conv_and_pool_match_torch(name, build, shape, dtype)
 
 
 def test_interpolate_errors():
@@ -639,7 +845,10 @@ def test_fused_lstm_refuses_a_modified_weight_and_a_second_backward():
 
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
 @pytest.mark.parametrize("shape,pad", [((2, 3, 7), (2, 1)), ((3, 7), (0, 3)), ((2, 2, 5, 6), (1, 2, 3, 0)),
-                                       ((1, 2, 4, 5, 3), (1, 1, 2, 0, 1, 2))])
+                                       ((1, 2, 4, 5, 3), (1, 1, 2, 0, 1, 2)),
+                                       # negative pads crop (and may pad the other side)
+                                       ((2, 3, 7), (-1, 2)), ((2, 3, 7), (3, -2)), ((1, 7), (-2, -3)),
+                                       ((2, 2, 5, 6), (-1, 2, 1, -2)), ((1, 2, 4, 5, 3), (0, -1, -1, 1, 2, -1))])
 def test_pad_modes_match_torch(mode, shape, pad):
     torch.manual_seed(2)
     x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
@@ -653,12 +862,30 @@ def test_pad_modes_match_torch(mode, shape, pad):
     close(x.grad, xo.grad, what="input grad")  # positions copied several times add their gradients
 
 
+class torch_raises_like:
+    """pytest.raises with the exception type and message torch gives for `call`."""
+
+    def __init__(self, call):
+        with pytest.raises(Exception) as info:
+            call()
+        self.raises = pytest.raises(info.type, match=__import__("re").escape(str(info.value)))
+
+    def __enter__(self):
+        return self.raises.__enter__()
+
+    def __exit__(self, *exc):
+        return self.raises.__exit__(*exc)
+
+
 def test_pad_mode_errors():
     x = tt.randn(1, 2, 3)
     with pytest.raises(RuntimeError, match="Padding size should be less than"):
         tnn.functional.pad(x, (3, 0), mode="reflect")
     with pytest.raises(RuntimeError, match="wrapping around more than once"):
         tnn.functional.pad(x, (4, 0), mode="circular")
+    for mode in ("reflect", "replicate"):
+        with torch_raises_like(lambda: torch.nn.functional.pad(torch.zeros(1, 2, 3), (-2, -1), mode=mode)):
+            tnn.functional.pad(x, (-2, -1), mode=mode)
     with pytest.raises(NotImplementedError, match="Unrecognised padding mode"):
         tnn.functional.pad(x, (1, 1), mode="mirror")
     with pytest.raises(ValueError, match="padding_mode must be one of"):

@@ -196,19 +196,34 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
 
 
 def _pad_indices(mode: str, n: int, left: int, right: int, dim: int, shape: Any) -> list:
-    """The source index of every output position along one dimension of a non-constant pad."""
+    """The source index of every output position along one dimension of a non-constant pad. A negative
+    pad crops, as torch does: reflect and replicate index relative to the uncropped input (output o
+    reads position o - left, reflected or clamped at the original edges); circular wraps the cropped
+    part, like torch's _pad_circular."""
+    size = n + left + right
     if mode == "reflect":
         if left >= n or right >= n:
             raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
                                f"but got: padding ({left}, {right}) at dimension {dim} of input {list(shape)}")
-        return list(range(left, 0, -1)) + list(range(n)) + list(range(n - 2, n - 2 - right, -1))
+        if size < 1:
+            raise RuntimeError(f"input (W: {n}) is too small. Calculated output W: {size}")
+        return [abs(i) if i < n else 2 * (n - 1) - i for i in (o - left for o in range(size))]
     if mode == "replicate":
         if n == 0:
             raise RuntimeError(f"padding: input of size {list(shape)} is empty along dimension {dim}")
-        return [0] * left + list(range(n)) + [n - 1] * right
+        if size < 1:
+            raise RuntimeError(f"input (W: {n}) is too small. Calculated output W: {size}")
+        return [min(max(o - left, 0), n - 1) for o in range(size)]
     if left > n or right > n:
         raise RuntimeError("Padding value causes wrapping around more than once.")
-    return [(n - left + i) % n for i in range(left)] + list(range(n)) + list(range(right))
+    if size < 0:
+        raise RuntimeError(f"Negative padding value is resulting in an empty dimension: size {n} + pads "
+                           f"({left}, {right}) along dimension {dim}")
+    kept = list(range(max(-left, 0), n - max(-right, 0)))
+    m, lead, trail = len(kept), max(left, 0), max(right, 0)
+    if m == 0:
+        return []
+    return [kept[(m - lead + i) % m] for i in range(lead)] + kept + [kept[i % m] for i in range(trail)]
 
 
 def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Optional[float] = None) -> Tensor:
@@ -225,8 +240,6 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Option
         if spatial > 3 or input.ndim not in (spatial + 1, spatial + 2):
             raise NotImplementedError(f"Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now "
                                       f"(got a {input.ndim}-d input and {len(pad)} pad values)")
-        if any(p < 0 for p in pad):
-            raise NotImplementedError(f"turbo_torch: negative padding in mode '{mode}' is not supported")
         out = input
         for i in range(spatial):
             dim = input.ndim - 1 - i
@@ -410,7 +423,7 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
     return _reduce(loss, reduction)
 
 
-# ---- convolution and pooling (float32 C kernels with autograd) ------------------------------------
+# ---- convolution and pooling (float32 / float64 C kernels with autograd) ---------------------------
 
 from torchburn import _C as _TC  # noqa: E402
 
@@ -422,9 +435,11 @@ def _pair(v: Any) -> tuple:
 
 
 def _same_padding(kernel: tuple, dilation: tuple) -> tuple:
+    """padding='same' as torch splits it: total // 2 on both sides, and the odd element of an even
+    effective kernel as extra padding at the bottom/right ((top, left) or (top, left, extra_h, extra_w))."""
     totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
     if any(t % 2 for t in totals):
-        raise NotImplementedError("turbo_torch: padding='same' with an even effective kernel is not supported yet")
+        return tuple(t // 2 for t in totals) + tuple(t % 2 for t in totals)
     return tuple(t // 2 for t in totals)
 
 

@@ -3,6 +3,7 @@ iteration with de-duplication, state_dict / load_state_dict with PyTorch's key n
 train/eval, zero_grad, to, apply, requires_grad_, forward hooks, and PyTorch's repr."""
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict, namedtuple
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -133,7 +134,10 @@ class Module:
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", _Members(self))
         object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_hooks_with_kwargs", OrderedDict())
+        object.__setattr__(self, "_forward_hooks_always_called", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks_with_kwargs", OrderedDict())
         object.__setattr__(self, "_hook_id", 0)
 
     # ---- forward ----
@@ -143,36 +147,75 @@ class Module:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self._forward_pre_hooks and not self._forward_hooks:
             return self.forward(*args, **kwargs)
-        for hook in list(self._forward_pre_hooks.values()):
-            result = hook(self, args)
-            if result is not None:
-                args = result if isinstance(result, tuple) else (result,)
-        output = self.forward(*args, **kwargs)
-        for hook in list(self._forward_hooks.values()):
-            result = hook(self, args, output)
-            if result is not None:
-                output = result
-        return output
+        return self._call_with_hooks(args, kwargs)
 
-    def _add_hook(self, table: OrderedDict, hook: Callable) -> "_RemovableHandle":
+    def _call_with_hooks(self, args: tuple, kwargs: dict) -> Any:
+        """torch's Module._call_impl: pre-hooks (with_kwargs ones get and may replace (args, kwargs)), forward,
+        forward hooks (with_kwargs ones also see kwargs); always_call hooks run even when forward raises."""
+        output = None
+        called: set = set()
+        try:
+            for hook_id, hook in list(self._forward_pre_hooks.items()):
+                if hook_id in self._forward_pre_hooks_with_kwargs:
+                    result = hook(self, args, kwargs)
+                    if result is not None:
+                        if not (isinstance(result, tuple) and len(result) == 2):
+                            raise RuntimeError("forward pre-hook must return None or a tuple of (new_args, "
+                                               f"new_kwargs), but got {result}.")
+                        args, kwargs = result
+                else:
+                    result = hook(self, args)
+                    if result is not None:
+                        args = result if isinstance(result, tuple) else (result,)
+            output = self.forward(*args, **kwargs)
+            for hook_id, hook in list(self._forward_hooks.items()):
+                if hook_id in self._forward_hooks_always_called:
+                    called.add(hook_id)
+                output = self._run_forward_hook(hook_id, hook, args, kwargs, output)
+            return output
+        except Exception:
+            for hook_id, hook in list(self._forward_hooks.items()):
+                if hook_id not in self._forward_hooks_always_called or hook_id in called:
+                    continue
+                try:
+                    output = self._run_forward_hook(hook_id, hook, args, kwargs, output)
+                except Exception as error:
+                    warnings.warn("module forward hook with ``always_call=True`` raised an exception that was "
+                                  f"silenced as another error was raised in forward: {error}")
+            raise
+
+    def _run_forward_hook(self, hook_id: int, hook: Callable, args: tuple, kwargs: dict, output: Any) -> Any:
+        if hook_id in self._forward_hooks_with_kwargs:
+            result = hook(self, args, kwargs, output)
+        else:
+            result = hook(self, args, output)
+        return output if result is None else result
+
+    def _add_hook(self, table: OrderedDict, hook: Callable, extra: tuple = ()) -> "_RemovableHandle":
         generation[0] += 1
         hook_id = self._hook_id
         object.__setattr__(self, "_hook_id", hook_id + 1)
         table[hook_id] = hook
-        return _RemovableHandle(table, hook_id)
+        for flags in extra:
+            flags[hook_id] = True
+        return _RemovableHandle(table, hook_id, extra)
 
-    def register_forward_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False) -> Any:
-        if with_kwargs:
-            raise NotImplementedError("turbo_torch: forward hooks with_kwargs are not supported yet")
-        handle = self._add_hook(self._forward_hooks, hook)
+    def register_forward_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False,
+                              always_call: bool = False) -> Any:
+        """hook(module, args, output) or, with_kwargs=True, hook(module, args, kwargs, output); a non-None
+        result replaces the output. always_call=True also runs it when forward raises."""
+        extra = ((self._forward_hooks_with_kwargs,) if with_kwargs else ()) + \
+            ((self._forward_hooks_always_called,) if always_call else ())
+        handle = self._add_hook(self._forward_hooks, hook, extra)
         if prepend:
             self._forward_hooks.move_to_end(handle.id, last=False)
         return handle
 
     def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False) -> Any:
-        if with_kwargs:
-            raise NotImplementedError("turbo_torch: forward pre-hooks with_kwargs are not supported yet")
-        handle = self._add_hook(self._forward_pre_hooks, hook)
+        """hook(module, args) returning None or new args, or, with_kwargs=True, hook(module, args, kwargs)
+        returning None or a (new_args, new_kwargs) pair."""
+        handle = self._add_hook(self._forward_pre_hooks, hook,
+                                (self._forward_pre_hooks_with_kwargs,) if with_kwargs else ())
         if prepend:
             self._forward_pre_hooks.move_to_end(handle.id, last=False)
         return handle
@@ -552,13 +595,16 @@ class Module:
 
 
 class _RemovableHandle:
-    def __init__(self, table: OrderedDict, hook_id: int) -> None:
+    def __init__(self, table: OrderedDict, hook_id: int, extra: tuple = ()) -> None:
         self._table = table
+        self._extra = extra  # the flag tables (with_kwargs, always_call) that also hold this id
         self.id = hook_id
 
     def remove(self) -> None:
         self._table.pop(self.id, None)
         generation[0] += 1
+        for flags in self._extra:
+            flags.pop(self.id, None)
 
     def __enter__(self) -> "_RemovableHandle":
         return self

@@ -24,30 +24,46 @@ class MultiheadAttention(Module):
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: Optional[int] = None,
                  vdim: Optional[int] = None, batch_first: bool = False, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError("turbo_torch: add_bias_kv/add_zero_attn are not supported yet")
-        if (kdim is not None and kdim != embed_dim) or (vdim is not None and vdim != embed_dim):
-            raise NotImplementedError("turbo_torch: kdim/vdim different from embed_dim are not supported yet")
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} and "
+                             f"num_heads={num_heads} instead")
         if embed_dim % num_heads:
             raise AssertionError("embed_dim must be divisible by num_heads")
         self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
         self.head_dim = embed_dim // num_heads
-        self.kdim = self.vdim = embed_dim
-        self._qkv_same_embed_dim = True
-        self.in_proj_weight = Parameter(torch.empty(3 * embed_dim, embed_dim, dtype=dtype))
-        self.register_parameter("q_proj_weight", None)
-        self.register_parameter("k_proj_weight", None)
-        self.register_parameter("v_proj_weight", None)
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        # torch's registration order (state dict keys): packed or separate in-projections, bias, out_proj, bias_k/v
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(torch.empty(3 * embed_dim, embed_dim, dtype=dtype))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = Parameter(torch.empty(embed_dim, embed_dim, dtype=dtype))
+            self.k_proj_weight = Parameter(torch.empty(embed_dim, self.kdim, dtype=dtype))
+            self.v_proj_weight = Parameter(torch.empty(embed_dim, self.vdim, dtype=dtype))
+            self.register_parameter("in_proj_weight", None)
         if bias:
             self.in_proj_bias = Parameter(torch.zeros(3 * embed_dim, dtype=dtype))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, dtype=dtype)
-        self.bias_k = self.bias_v = None
-        self.add_zero_attn = False
-        init.xavier_uniform_(self.in_proj_weight)
+        if add_bias_kv:
+            self.bias_k = Parameter(torch.empty(1, 1, embed_dim, dtype=dtype))
+            self.bias_v = Parameter(torch.empty(1, 1, embed_dim, dtype=dtype))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
+        for weight in ([self.in_proj_weight] if self._qkv_same_embed_dim else
+                       [self.q_proj_weight, self.k_proj_weight, self.v_proj_weight]):
+            init.xavier_uniform_(weight)
         if bias:
             init.constant_(self.out_proj.bias, 0.0)
+        if add_bias_kv:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
 
     def forward(self, query: Any, key: Any, value: Any, key_padding_mask: Any = None, need_weights: bool = True,
                 attn_mask: Any = None, average_attn_weights: bool = True, is_causal: bool = False) -> Tuple[Any, Any]:
@@ -60,27 +76,50 @@ class MultiheadAttention(Module):
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
         tq, batch, e = query.shape
         tk = key.shape[0]
-        w_q, w_k, w_v = torch.chunk(self.in_proj_weight, 3, 0)
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = torch.chunk(self.in_proj_weight, 3, 0)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b_q = b_k = b_v = None
         if self.in_proj_bias is not None:
             b_q, b_k, b_v = torch.chunk(self.in_proj_bias, 3, 0)
         h, d = self.num_heads, self.head_dim
-        q = F.linear(query, w_q, b_q).reshape(tq, batch * h, d).transpose(0, 1)  # [B*H, Tq, D]
-        k = F.linear(key, w_k, b_k).reshape(tk, batch * h, d).transpose(0, 1)
-        v = F.linear(value, w_v, b_v).reshape(tk, batch * h, d).transpose(0, 1)
-        scores = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(d))  # [B*H, Tq, Tk]
-        mask = None
+        dtype = query.dtype
         if is_causal and attn_mask is None:
             attn_mask = torch.ones(tq, tk, dtype=torch.bool).triu(1)
+        # masks as additive floats ([Tq, Tk] or [B*H, Tq, Tk]; [B, Tk]), padded with 0 for every appended key
+        am = kp = None
         if attn_mask is not None:
             am = attn_mask
             if am.dtype is torch.bool:
-                am = torch.zeros(tuple(am.shape), dtype=scores.dtype).masked_fill(am, float("-inf"))
-            mask = am if am.ndim == 2 else am.reshape(batch * h, tq, tk)
+                am = torch.zeros(tuple(am.shape), dtype=dtype).masked_fill(am, float("-inf"))
         if key_padding_mask is not None:
             kp = key_padding_mask
             if kp.dtype is torch.bool:
-                kp = torch.zeros(tuple(kp.shape), dtype=scores.dtype).masked_fill(kp, float("-inf"))
+                kp = torch.zeros(tuple(kp.shape), dtype=dtype).masked_fill(kp, float("-inf"))
+        q = F.linear(query, w_q, b_q).reshape(tq, batch * h, d).transpose(0, 1)  # [B*H, Tq, D]
+        k = F.linear(key, w_k, b_k)  # [Tk, B, E]
+        v = F.linear(value, w_v, b_v)
+        if self.bias_k is not None and self.bias_v is not None:  # one more key/value: the learned biases
+            k = torch.cat([k, self.bias_k.expand(1, batch, e)], 0)
+            v = torch.cat([v, self.bias_v.expand(1, batch, e)], 0)
+            tk += 1
+            am = None if am is None else F.pad(am, (0, 1))
+            kp = None if kp is None else F.pad(kp, (0, 1))
+        k = k.reshape(tk, batch * h, d).transpose(0, 1)  # [B*H, Tk, D]
+        v = v.reshape(tk, batch * h, d).transpose(0, 1)
+        if self.add_zero_attn:  # and one more of zeros
+            zeros = torch.zeros(batch * h, 1, d, dtype=k.dtype)
+            k = torch.cat([k, zeros], 1)
+            v = torch.cat([v, zeros], 1)
+            tk += 1
+            am = None if am is None else F.pad(am, (0, 1))
+            kp = None if kp is None else F.pad(kp, (0, 1))
+        scores = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(d))  # [B*H, Tq, Tk]
+        mask = None
+        if am is not None:
+            mask = am if am.ndim == 2 else am.reshape(batch * h, tq, tk)
+        if kp is not None:
             kp = kp.reshape(batch, 1, 1, tk).expand(batch, h, 1, tk).reshape(batch * h, 1, tk)
             mask = kp if mask is None else mask + kp
         if mask is not None:
@@ -247,25 +286,33 @@ class RNNBase(Module):
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  nonlinearity: str = "tanh", device: Any = None, dtype: Any = None, proj_size: int = 0) -> None:
         super().__init__()
-        if proj_size:
-            raise NotImplementedError("turbo_torch: LSTM proj_size is not supported yet")
+        if proj_size and self._gates != 4:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        if proj_size < 0:
+            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout, self.bidirectional = bias, batch_first, float(dropout), bidirectional
-        self.nonlinearity, self.proj_size = nonlinearity, 0
+        self.nonlinearity, self.proj_size = nonlinearity, proj_size
         directions = 2 if bidirectional else 1
+        real_hidden = proj_size if proj_size > 0 else hidden_size  # the width of h (LSTM: projected)
         names = []
         for layer in range(num_layers):
             for direction in range(directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                width = input_size if layer == 0 else hidden_size * directions
+                width = input_size if layer == 0 else real_hidden * directions
                 gates = self._gates * hidden_size
                 setattr(self, "weight_ih" + suffix, Parameter(torch.empty(gates, width, dtype=dtype)))
-                setattr(self, "weight_hh" + suffix, Parameter(torch.empty(gates, hidden_size, dtype=dtype)))
+                setattr(self, "weight_hh" + suffix, Parameter(torch.empty(gates, real_hidden, dtype=dtype)))
                 names += ["weight_ih" + suffix, "weight_hh" + suffix]
                 if bias:
                     setattr(self, "bias_ih" + suffix, Parameter(torch.empty(gates, dtype=dtype)))
                     setattr(self, "bias_hh" + suffix, Parameter(torch.empty(gates, dtype=dtype)))
                     names += ["bias_ih" + suffix, "bias_hh" + suffix]
+                if proj_size > 0:
+                    setattr(self, "weight_hr" + suffix, Parameter(torch.empty(proj_size, hidden_size, dtype=dtype)))
+                    names += ["weight_hr" + suffix]
         object.__setattr__(self, "_flat_weights_names", names)
         stdv = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0
         for p in self.parameters():
@@ -295,8 +342,9 @@ class RNNBase(Module):
                 w_ih, w_hh = getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix)
                 b_ih = getattr(self, "bias_ih" + suffix) if self.bias else None
                 b_hh = getattr(self, "bias_hh" + suffix) if self.bias else None
+                projection = {"w_hr": getattr(self, "weight_hr" + suffix)} if self.proj_size > 0 else {}
                 s = self._select_state(state, layer * directions + direction)
-                out, s = self._run_layer(layer_input, s, w_ih, w_hh, b_ih, b_hh, bool(direction))
+                out, s = self._run_layer(layer_input, s, w_ih, w_hh, b_ih, b_hh, bool(direction), **projection)
                 outputs.append(out)
                 finals.append(s)
             layer_input = outputs[0] if directions == 1 else torch.cat(outputs, -1)
@@ -311,12 +359,13 @@ class RNNBase(Module):
             final = self._squeeze_state(final)
         return output, final
 
-    def _run_layer(self, x: Any, s: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, reverse: bool) -> Any:
+    def _run_layer(self, x: Any, s: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, reverse: bool,
+                   **projection: Any) -> Any:
         """One layer and direction over the sequence x [T, B, I]: (outputs [T, B, H], final state)."""
         seq = x.shape[0]
         outs = [None] * seq
         for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
-            s = self._cell(x[t], s, w_ih, w_hh, b_ih, b_hh)
+            s = self._cell(x[t], s, w_ih, w_hh, b_ih, b_hh, **projection)
             outs[t] = self._output(s)
         return torch.stack(outs, 0), s
 
@@ -340,6 +389,8 @@ class RNNBase(Module):
 
     def extra_repr(self) -> str:
         text = f"{self.input_size}, {self.hidden_size}"
+        if self.proj_size != 0:
+            text += f", proj_size={self.proj_size}"
         if self.num_layers != 1:
             text += f", num_layers={self.num_layers}"
         if not self.bias:
@@ -382,26 +433,30 @@ class GRU(RNNBase):
 class LSTM(RNNBase):
     _gates = 4
 
-    def _cell(self, x: Any, state: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any) -> Any:
+    def _cell(self, x: Any, state: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, w_hr: Any = None) -> Any:
+        """One step: h [B, P or H], c [B, H]; with proj_size, h = (o * tanh(c)) @ w_hr^T."""
         h, c = state
         gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
         i, f, g, o = torch.chunk(gates, 4, -1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
-        return (h, c)
+        return (h if w_hr is None else F.linear(h, w_hr), c)
 
-    def _run_layer(self, x: Any, s: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, reverse: bool) -> Any:
-        # float32 forward direction: the whole layer is one C op and one autograd node (eager_rnn.c);
-        # it returns Y [T + 1, B, H] with the outputs h_1..h_T in Y[:T] and c_T in Y[T]
-        y = None if reverse else _C._tt_lstm_layer(x, s[0], s[1], w_ih, w_hh, b_ih, b_hh)
+    def _run_layer(self, x: Any, s: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, reverse: bool,
+                   **projection: Any) -> Any:
+        # float32 forward direction without projection: the whole layer is one C op and one autograd node
+        # (eager_rnn.c); it returns Y [T + 1, B, H] with the outputs h_1..h_T in Y[:T] and c_T in Y[T]
+        y = None if reverse or projection else _C._tt_lstm_layer(x, s[0], s[1], w_ih, w_hh, b_ih, b_hh)
         if y is None:
-            return super()._run_layer(x, s, w_ih, w_hh, b_ih, b_hh, reverse)
+            return super()._run_layer(x, s, w_ih, w_hh, b_ih, b_hh, reverse, **projection)
         seq = x.shape[0]
         return y[:seq], (y[seq - 1], y[seq])
 
     def _initial_state(self, hx: Any, batch: int, dtype: Any, batched: bool) -> Any:
         if hx is None:
             zero = self._zero_state(batch, dtype)
+            if self.proj_size > 0:  # h is projected: [layers * dirs, B, proj_size]
+                return (zero[..., :self.proj_size].contiguous(), zero)
             return (zero, zero)
         h, c = hx
         return (h, c) if batched else (h.unsqueeze(1), c.unsqueeze(1))
