@@ -230,6 +230,29 @@ def test_bad_advanced_index_falls_back_to_pytorch_error():
                 fn(X, torch.tensor([0, 9]))
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_safe_softmax_zeroes_fully_masked_rows(grad):
+    """aten._safe_softmax (masked attention in transformers' BERT/GPT-2 under grad): rows that are all
+    -inf give 0, not NaN, natively and in the gradient."""
+    x = X.clone()
+    x[1] = -float("inf")
+    x[2, :3] = -float("inf")
+    weight = _x(4, 6, seed=3)
+    fn = lambda x: torch.ops.aten._safe_softmax(x * 2, -1) * weight  # noqa: E731
+    leaf, expected_leaf = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+    with torch.set_grad_enabled(grad), Recorder() as recorder:
+        got = torch.compile(fn, backend="torchburn")(leaf)
+    expected = fn(expected_leaf)
+    torch.testing.assert_close(got, expected)
+    kind = "forward" if grad else "inference"
+    assert not _fallbacks(recorder, kind), _fallbacks(recorder, kind)
+    assert Explanation(graphs=list(recorder.graphs)).native_share == 1.0
+    if grad:
+        got.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(leaf.grad, expected_leaf.grad)
+
+
 def test_bad_index_is_a_clear_error_or_pytorch_error():
     """An out-of-range index must not read out of bounds: the plan reports it and the call falls back
     to PyTorch, which raises its own error."""
