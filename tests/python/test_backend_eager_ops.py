@@ -204,6 +204,17 @@ def test_integer_pointwise_is_exact():
     assert report.native_share == 1.0 and not report.runtime_fallbacks, str(report)
 
 
+@pytest.mark.parametrize("make", [lambda: torch.arange(6), lambda: torch.arange(3, 20, 3)[:6],
+                                  lambda: torch.arange(10, 4, -1), lambda: torch.arange(2, 8, dtype=torch.int32)])
+def test_integer_arange_runs_natively(make):
+    fn = lambda i: i[0] * make() + 1  # noqa: E731
+    with torch.no_grad(), Recorder() as recorder:
+        got = torch.compile(fn, backend="torchburn")(INDEX)
+    assert torch.equal(got, fn(INDEX)) and got.dtype == fn(INDEX).dtype
+    report = Explanation(graphs=list(recorder.graphs))
+    assert report.native_share == 1.0 and not report.runtime_fallbacks, str(report)
+
+
 def test_index_put_in_place_assignment():
     """x[j] = v on a clone (functionalized to index_put) and x[mask-free int index] += v, natively."""
     def fn(x, j):

@@ -359,3 +359,25 @@ def _integer_pointwise(b: Builder, n: torch.fx.Node) -> int:
     if isinstance(y, torch.fx.Node):
         return b.add("eager_pointwise", [b.value(x), b.value(y)], {**params, "scalar_side": 0})
     return b.add("eager_pointwise", [b.value(x)], {**params, "scalar_side": 1, "scalar": float(b.scalar(y))})
+
+
+def _arange_check(n: torch.fx.Node) -> bool:
+    return all(isinstance(a, int) and not isinstance(a, bool) for a in n.args) and len(meta(n).shape) == 1
+
+
+@rule(aten.arange.default, aten.arange.start, aten.arange.start_step, check=_arange_check, dtypes=_NON_FLOAT64,
+      index=True, integer=True)
+def _arange(b: Builder, n: torch.fx.Node) -> int:
+    """An integer arange (position ids, cache positions) as start - step + step * cumsum(ones), exact
+    in int64. Float aranges stay in PyTorch (its rounding of start + i * step is its own)."""
+    args = list(n.args)
+    start, step = (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
+    count = b.shape(n)[0]
+    dtype = b.dtype(n)
+    counted = b.add("scan", [b.full(1.0, dtype, [count])], {"dim": 0, "op": 0, "dtype": dtype})
+    scaled = b.add("eager_pointwise", [counted], {"op": _PW_INDEX["mul"], "binary": 1, "scalar_side": 1,
+                                                  "scalar": float(step), "compute_dtype": dtype, "dtype": dtype,
+                                                  "alpha": 1.0})
+    return b.add("eager_pointwise", [scaled], {"op": _PW_INDEX["add"], "binary": 1, "scalar_side": 1,
+                                               "scalar": float(start - step), "compute_dtype": dtype, "dtype": dtype,
+                                               "alpha": 1.0})
