@@ -172,17 +172,24 @@ def test_rules_run_natively(name, grad):
         torch.testing.assert_close(x.grad, xe.grad)
 
 
+def _run_both(fn, x, grad):
+    """fn compiled and eager on copies of x (leaves when grad), values compared; returns (got, expected,
+    leaf, expected_leaf, recorder)."""
+    leaf, expected_leaf = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+    with torch.set_grad_enabled(grad), Recorder() as recorder:
+        got = torch.compile(fn, backend="torchburn")(leaf)
+    expected = fn(expected_leaf)
+    torch.testing.assert_close(got, expected)
+    return got, expected, leaf, expected_leaf, recorder
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_baddbmm(grad):
     def fn(b):
         return (torch.baddbmm(b[:, :, :4], b, b.transpose(1, 2)[:, :, :4])
                 + torch.baddbmm(b[0, :, :4], b, b.transpose(1, 2)[:, :, :4], beta=0.5, alpha=2.0))
 
-    b, be = B3.clone().requires_grad_(grad), B3.clone().requires_grad_(grad)
-    with torch.set_grad_enabled(grad), Recorder() as recorder:
-        got = torch.compile(fn, backend="torchburn")(b)
-    expected = fn(be)
-    torch.testing.assert_close(got, expected)
+    got, expected, b, be, recorder = _run_both(fn, B3, grad)
     kind = "forward" if grad else "inference"
     assert {g.kind for g in recorder.graphs} >= {kind}
     assert not _fallbacks(recorder, kind), _fallbacks(recorder, kind)
@@ -250,11 +257,7 @@ def test_safe_softmax_zeroes_fully_masked_rows(grad):
     x[2, :3] = -float("inf")
     weight = _x(4, 6, seed=3)
     fn = lambda x: torch.ops.aten._safe_softmax(x * 2, -1) * weight  # noqa: E731
-    leaf, expected_leaf = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
-    with torch.set_grad_enabled(grad), Recorder() as recorder:
-        got = torch.compile(fn, backend="torchburn")(leaf)
-    expected = fn(expected_leaf)
-    torch.testing.assert_close(got, expected)
+    got, expected, leaf, expected_leaf, recorder = _run_both(fn, x, grad)
     kind = "forward" if grad else "inference"
     assert not _fallbacks(recorder, kind), _fallbacks(recorder, kind)
     assert Explanation(graphs=list(recorder.graphs)).native_share == 1.0
