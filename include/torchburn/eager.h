@@ -112,8 +112,9 @@ TB_API TB_NODISCARD tb_status tb_eager_max_dim(bool is_max, const tb_tensor *x, 
 /* The gradient of prod over dim_mask (0: all) given g expanded to x's shape; exact with zeros. */
 TB_API TB_NODISCARD tb_status tb_eager_prod_backward(const tb_tensor *x, uint32_t dim_mask, const tb_tensor *g,
                                                      tb_tensor *out);
-/* cumsum / cumprod along dim in out_dtype. */
-TB_API TB_NODISCARD tb_status tb_eager_cumulative(bool is_prod, const tb_tensor *x, int64_t dim, tb_dtype out_dtype,
+/* cumsum / cumprod / logcumsumexp (floats only) along dim in out_dtype. */
+typedef enum tb_eager_scan_op { TB_EAGER_SCAN_SUM = 0, TB_EAGER_SCAN_PROD = 1, TB_EAGER_SCAN_LOGSUMEXP = 2 } tb_eager_scan_op;
+TB_API TB_NODISCARD tb_status tb_eager_cumulative(tb_eager_scan_op op, const tb_tensor *x, int64_t dim, tb_dtype out_dtype,
                                                   tb_tensor *out);
 
 /* ---- linear algebra ---- */
@@ -131,6 +132,25 @@ TB_API TB_NODISCARD tb_status tb_eager_gather(const tb_tensor *x, int64_t dim, c
 /* x.scatter(dim, index, src) out of place; reduce: 0 replace, 1 add, 2 multiply, 3 amax, 4 amin. */
 TB_API TB_NODISCARD tb_status tb_eager_scatter(const tb_tensor *x, int64_t dim, const tb_tensor *index,
                                                tb_eager_operand src, int reduce, tb_tensor *out);
+
+/* x[indices]: advanced indexing with one entry per leading dim of x (nindices <= ndim; NULL: the whole
+ * dim). Integer entries are broadcast together; a bool/uint8 entry stands for the coordinates of its
+ * nonzero elements over as many dims as it has. The indexed dims are replaced by the broadcast shape
+ * where the first of them was when they are adjacent, else moved to the front (PyTorch's rule). */
+TB_API TB_NODISCARD tb_status tb_eager_index(const tb_tensor *x, int nindices, const tb_tensor *const *indices,
+                                             tb_tensor *out);
+/* x.index_put(indices, values, accumulate) out of place: values (broadcast to x[indices]'s shape) are
+ * written (or added) at the indexed positions. With repeated positions and no accumulate the last wins. */
+TB_API TB_NODISCARD tb_status tb_eager_index_put(const tb_tensor *x, int nindices, const tb_tensor *const *indices,
+                                                 const tb_tensor *values, bool accumulate, tb_tensor *out);
+
+/* ---- rearrangements (out is always a new contiguous tensor) ---- */
+/* torch.flip over the dims in dim_mask. */
+TB_API TB_NODISCARD tb_status tb_eager_flip(const tb_tensor *x, uint32_t dim_mask, tb_tensor *out);
+/* torch.roll: shifts[d] (any sign) along each dim d of x (ndim entries). */
+TB_API TB_NODISCARD tb_status tb_eager_roll(const tb_tensor *x, const int64_t *shifts, tb_tensor *out);
+/* torch.tril (upper false) / torch.triu (upper true) over the last two dims (x has >= 2). */
+TB_API TB_NODISCARD tb_status tb_eager_triangle(const tb_tensor *x, int64_t diagonal, bool upper, tb_tensor *out);
 
 /* Stable sort along dim (NaN largest); values in x's dtype, int64 indices. */
 TB_API TB_NODISCARD tb_status tb_eager_sort(const tb_tensor *x, int64_t dim, bool descending, tb_tensor *values,

@@ -80,19 +80,31 @@ enum { TB_GRAPH_MAX_INPUTS = 64, TB_GRAPH_MAX_OUTPUTS = 5 };
 /* ops computed by the eager core (eager.h), see src/graph/exec_eager.c */
 #define TB_PARAMS_max_dim(I, IA, F) I(dim) I(keepdim) I(is_max)
 #define TB_PARAMS_sort(I, IA, F) I(dim) I(descending)
-#define TB_PARAMS_scan(I, IA, F) I(dim) I(is_prod) I(dtype)
+/* op: tb_eager_scan_op (0 cumsum, 1 cumprod, 2 logcumsumexp) */
+#define TB_PARAMS_scan(I, IA, F) I(dim) I(op) I(dtype)
 /* op: index into tb_eager_reduce_names (EAGER_REDUCE); p: the norm's order (VECTOR_NORM) */
 #define TB_PARAMS_eager_reduce(I, IA, F) I(op) I(dim_mask) I(keepdim) I(dtype) F(p)
 /* reduce: scatter's (0 replace, 1 add, 2 multiply, 3 amax, 4 amin); has_src 0: scatter `value`;
  * alpha: index_add's */
 #define TB_PARAMS_index(I, IA, F) I(dim) I(reduce) I(has_src) F(value) F(alpha)
+/* flip: the dims in dim_mask; roll: shifts[d] along each dim d */
+#define TB_PARAMS_rearrange(I, IA, F) I(dim_mask) IA(shifts, 8)
+/* tril (upper 0) / triu (upper 1) */
+#define TB_PARAMS_triangle(I, IA, F) I(diagonal) I(upper)
+/* index_mask bit d: dim d is indexed by the next index input (in dim order) */
+#define TB_PARAMS_advanced_index(I, IA, F) I(index_mask) I(accumulate)
+/* op: a tb_pw_unary (binary 0) or tb_pw_binary (binary 1); scalar_side 1: b is `scalar`, 2: a is;
+ * compute_dtype / dtype: the domain and the result's (tb_eager_unary / tb_eager_binary); alpha, lo, hi:
+ * the op's tb_pw_params */
+#define TB_PARAMS_pointwise(I, IA, F) \
+    I(op) I(binary) I(scalar_side) I(compute_dtype) I(dtype) F(scalar) F(alpha) F(lo) F(hi)
 
 #define TB_GRAPH_PARAM_SET_LIST(P) \
     P(none) P(input) P(full) P(shape) P(permute) P(slice) P(unary) P(binary) P(scalar) P(compare) P(dtype) \
     P(reduce) P(var) P(softmax) P(norm) P(group_norm) P(batch_norm) P(batch_norm_train) P(matmul) P(conv2d) \
     P(pool) P(adaptive_pool) P(attention) P(cat) P(fused) P(conv2d_backward) P(batch_norm_backward) \
     P(layer_norm_backward) P(group_norm_backward) P(embedding_backward) P(loss) P(max_dim) P(sort) \
-    P(scan) P(eager_reduce) P(index)
+    P(scan) P(eager_reduce) P(index) P(rearrange) P(triangle) P(advanced_index) P(pointwise)
 
 #define TB_PARAM_FIELD_I(name) int64_t name;
 #define TB_PARAM_FIELD_IA(name, n) int64_t name[n];
@@ -195,7 +207,7 @@ typedef union tb_graph_params {
     X(MAX_DIM, "max_dim", 1, 1, 2, max_dim, tb_infer_max_dim, tb_lower_eager)                                \
     /* stable sort along dim (NaN largest) -> values, int64 indices */                                     \
     X(SORT, "sort", 1, 1, 2, sort, tb_infer_sort, tb_lower_eager)                                            \
-    /* cumsum / cumprod along dim in dtype */                                                               \
+    /* cumsum / cumprod / logcumsumexp along dim in dtype */                                                \
     X(SCAN, "scan", 1, 1, 1, scan, tb_infer_scan, tb_lower_eager)                                            \
     /* prod, all, any, nansum, count_nonzero... (tb_eager_reduce) over dim_mask in dtype */                 \
     X(EAGER_REDUCE, "eager_reduce", 1, 1, 1, eager_reduce, tb_infer_eager_reduce, tb_lower_eager)            \
@@ -207,7 +219,18 @@ typedef union tb_graph_params {
     /* x, 0/1-D integer index -> x's rows along dim picked by index */                                      \
     X(INDEX_SELECT, "index_select", 2, 2, 1, index, tb_infer_index_select, tb_lower_eager)                   \
     /* x, 0/1-D integer index, source -> x + alpha * source added at index along dim */                     \
-    X(INDEX_ADD, "index_add", 3, 3, 1, index, tb_infer_index_add, tb_lower_eager)
+    X(INDEX_ADD, "index_add", 3, 3, 1, index, tb_infer_index_add, tb_lower_eager)                         \
+    /* x -> x reversed along the dims of dim_mask / rolled by shifts (contiguous copies) */                  \
+    X(FLIP, "flip", 1, 1, 1, rearrange, tb_infer_rearrange, tb_lower_eager)                                  \
+    X(ROLL, "roll", 1, 1, 1, rearrange, tb_infer_rearrange, tb_lower_eager)                                  \
+    /* x [..., M, N] -> its lower (upper) triangle from diagonal, zeros elsewhere */                         \
+    X(TRIANGLE, "triangle", 1, 1, 1, triangle, tb_infer_triangle, tb_lower_eager)                            \
+    /* x, one integer index per indexed dim (broadcast together) -> x[indices] (PyTorch's placement) */      \
+    X(INDEX, "index", 2, 9, 1, advanced_index, tb_infer_index, tb_lower_eager)                      \
+    /* x, values, one integer index per indexed dim -> x with values written (added) at x[indices] */        \
+    X(INDEX_PUT, "index_put", 3, 10, 1, advanced_index, tb_infer_index_put, tb_lower_eager)              \
+    /* a pointwise op of the op table on any dtype, exact (integers in int64): x [, y] -> broadcast */     \
+    X(EAGER_POINTWISE, "eager_pointwise", 1, 2, 1, pointwise, tb_infer_eager_pointwise, tb_lower_eager)
 
 typedef enum tb_graph_op {
 #define TB_GRAPH_OP_ENUM(id, name, min_in, max_in, n_out, params, infer, lower) TB_OP_##id,

@@ -40,7 +40,7 @@ def supported_ops(overloads: bool = False) -> list:
     from .backend import lowering
 
     names = set()
-    for target in lowering.RULES:
+    for target in {**lowering.RULES, **lowering.INTEGER_RULES}:
         if overloads:
             names.add(str(target))
         else:

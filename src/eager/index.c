@@ -1,6 +1,7 @@
-/* Index ops of the eager layer over every dtype: index_select, index_add, gather and scatter (with
- * sum/prod/amax/amin reductions). Inputs are made contiguous first; indices are int64 and checked
- * against the indexed dim (an error names the bad index, never an out-of-bounds access). */
+/* Index ops of the eager layer over every dtype: index_select, index_add, gather, scatter (with
+ * sum/prod/amax/amin reductions), nonzero, and advanced indexing (x[indices], index_put). Inputs are
+ * made contiguous first; indices are int64 and checked against the indexed dim
+ * (an error names the bad index, never an out-of-bounds access). */
 #include <math.h>
 #include <string.h>
 
@@ -293,5 +294,258 @@ tb_status tb_eager_nonzero(const tb_tensor *x, tb_tensor *out) {
         }
     }
     tb_tensor_release(&flags);
+    return status;
+}
+
+/* ---- advanced indexing: x[indices] and index_put ---- */
+
+/* The geometry of x[indices]. Each indexed dim d has a contiguous int64 tensor of the broadcast
+ * shape B (index[d].storage NULL: not indexed). The result is viewed as rows (the dims after the last
+ * indexed dim form each row's contiguous run); row_dims lists the row dims outermost first, each an
+ * x dim (xdim >= 0) or a dim of B (xdim -1). */
+typedef struct advanced_index {
+    tb_tensor index[TB_MAX_DIMS];
+    int count; /* indexed dims */
+    int64_t bshape[TB_MAX_DIMS], bnumel;
+    int bndim;
+    int nrow_dims;
+    int64_t row_size[2 * TB_MAX_DIMS];
+    int row_xdim[2 * TB_MAX_DIMS];
+    int64_t rows, run;
+    int out_ndim;
+    int64_t out_shape[TB_MAX_DIMS];
+} advanced_index;
+
+static void advanced_release(advanced_index *a) {
+    for (int d = 0; d < TB_MAX_DIMS; d++)
+        tb_tensor_release(&a->index[d]);
+}
+
+/* Entry k of indices, as the int64 index tensors of the dims it covers, starting at *dim. */
+static tb_status take_entry(const tb_tensor *x, const tb_tensor *entry, int *dim, advanced_index *a) {
+    if (!entry) {
+        (*dim)++;
+        return TB_OK;
+    }
+    if (entry->dtype == TB_BOOL || entry->dtype == TB_U8) {
+        if (entry->ndim == 0)
+            return tb_error_set(TB_ERR_UNSUPPORTED, "index: a 0-dim boolean index is not supported");
+        if (*dim + entry->ndim > x->ndim)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "too many indices for tensor of dimension %d", x->ndim);
+        for (int j = 0; j < entry->ndim; j++)
+            if (entry->shape[j] != x->shape[*dim + j])
+                return tb_error_set(TB_ERR_SHAPE, "The shape of the mask [%lld] at index %d does not match the shape "
+                                    "of the indexed tensor [%lld] at index %d", (long long)entry->shape[j], j,
+                                    (long long)x->shape[*dim + j], *dim + j);
+        tb_tensor coords; /* [count, entry->ndim] */
+        TB_TRY(tb_eager_nonzero(entry, &coords));
+        tb_status status = TB_OK;
+        for (int j = 0; j < entry->ndim && status == TB_OK; j++) {
+            tb_tensor column;
+            status = tb_tensor_select(&coords, 1, j, &column);
+            if (status == TB_OK)
+                status = tb_tensor_contiguous(&column, TB_I64, &a->index[*dim + j]);
+            tb_tensor_release(&column);
+        }
+        tb_tensor_release(&coords);
+        a->count += entry->ndim;
+        *dim += entry->ndim;
+        return status;
+    }
+    if (tb_dtype_category_of(entry->dtype) != TB_CATEGORY_INTEGRAL)
+        return tb_error_set(TB_ERR_DTYPE, "tensors used as indices must be long, int, byte or bool tensors, got %s",
+                            tb_dtype_name(entry->dtype));
+    if (*dim >= x->ndim)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "too many indices for tensor of dimension %d", x->ndim);
+    a->count++;
+    return tb_tensor_contiguous(entry, TB_I64, &a->index[(*dim)++]);
+}
+
+static tb_status advanced_prepare(const tb_tensor *x, int nindices, const tb_tensor *const *indices,
+                                  advanced_index *a) {
+    memset(a, 0, sizeof *a);
+    int dim = 0;
+    tb_status status = TB_OK;
+    for (int k = 0; k < nindices && status == TB_OK; k++)
+        status = take_entry(x, indices[k], &dim, a);
+    if (status == TB_OK && dim > x->ndim)
+        status = tb_error_set(TB_ERR_INVALID_ARGUMENT, "too many indices for tensor of dimension %d", x->ndim);
+    if (status == TB_OK && a->count == 0)
+        status = tb_error_set(TB_ERR_INVALID_ARGUMENT, "index: no index tensor given");
+    /* broadcast the index tensors together */
+    int first = -1, last = -1;
+    for (int d = 0; d < x->ndim && status == TB_OK; d++) {
+        if (!a->index[d].storage)
+            continue;
+        if (first < 0) {
+            a->bndim = a->index[d].ndim;
+            memcpy(a->bshape, a->index[d].shape, sizeof a->bshape);
+            first = d;
+        } else {
+            int64_t shape[TB_MAX_DIMS];
+            int ndim;
+            status = tb_broadcast_shapes(a->bndim, a->bshape, a->index[d].ndim, a->index[d].shape, &ndim, shape);
+            if (status != TB_OK)
+                status = tb_error_set(TB_ERR_SHAPE, "shape mismatch: indexing tensors could not be broadcast together");
+            a->bndim = ndim;
+            memcpy(a->bshape, shape, sizeof shape);
+        }
+        last = d;
+    }
+    for (int d = 0; d < x->ndim && status == TB_OK; d++) {
+        tb_tensor *t = &a->index[d];
+        if (!t->storage || (t->ndim == a->bndim && !memcmp(t->shape, a->bshape, sizeof(int64_t) * (size_t)a->bndim)))
+            continue;
+        tb_tensor expanded, dense;
+        status = tb_tensor_expand(t, a->bndim, a->bshape, &expanded);
+        if (status == TB_OK) {
+            status = tb_tensor_empty(TB_I64, a->bndim, a->bshape, 0, &dense);
+            if (status == TB_OK && (status = tb_tensor_copy(&dense, &expanded)) == TB_OK) {
+                tb_tensor_release(t);
+                *t = dense;
+            } else if (status == TB_OK) {
+                tb_tensor_release(&dense);
+            }
+            tb_tensor_release(&expanded);
+        }
+    }
+    if (status != TB_OK) {
+        advanced_release(a);
+        return status;
+    }
+    bool adjacent = true;
+    for (int d = first; d <= last; d++)
+        adjacent &= a->index[d].storage != NULL;
+    a->bnumel = 1;
+    for (int d = 0; d < a->bndim; d++)
+        a->bnumel *= a->bshape[d];
+    a->run = 1;
+    for (int d = last + 1; d < x->ndim; d++)
+        a->run *= x->shape[d];
+    /* row dims: adjacent: x[:first], B; else B, the non-indexed x dims before last */
+    int r = 0;
+    if (adjacent)
+        for (int d = 0; d < first; d++)
+            a->row_size[r] = x->shape[d], a->row_xdim[r++] = d;
+    for (int d = 0; d < a->bndim; d++)
+        a->row_size[r] = a->bshape[d], a->row_xdim[r++] = -1;
+    if (!adjacent)
+        for (int d = 0; d < last; d++)
+            if (!a->index[d].storage)
+                a->row_size[r] = x->shape[d], a->row_xdim[r++] = d;
+    a->nrow_dims = r;
+    a->rows = 1;
+    for (int k = 0; k < r; k++)
+        a->rows *= a->row_size[k];
+    a->out_ndim = r + x->ndim - 1 - last;
+    if (a->out_ndim > TB_MAX_DIMS) {
+        advanced_release(a);
+        return tb_error_set(TB_ERR_SHAPE, "index: the result would have %d dims, more than %d", a->out_ndim, TB_MAX_DIMS);
+    }
+    memcpy(a->out_shape, a->row_size, sizeof(int64_t) * (size_t)r);
+    for (int d = last + 1; d < x->ndim; d++)
+        a->out_shape[r++] = x->shape[d];
+    return TB_OK;
+}
+
+/* The element offset in contiguous x (x_strides) of row `row`'s run. */
+static tb_status advanced_offset(const advanced_index *a, const tb_tensor *x, const int64_t *x_strides, int64_t row,
+                                 int64_t *offset) {
+    int64_t rest = row, off = 0, flat = 0, scale = 1;
+    for (int k = a->nrow_dims - 1; k >= 0; k--) {
+        int64_t c = rest % a->row_size[k];
+        rest /= a->row_size[k];
+        if (a->row_xdim[k] >= 0) {
+            off += c * x_strides[a->row_xdim[k]];
+        } else {
+            flat += c * scale;
+            scale *= a->row_size[k];
+        }
+    }
+    for (int d = 0; d < x->ndim; d++) {
+        if (!a->index[d].storage)
+            continue;
+        int64_t j = 0;
+        TB_TRY(check_index(((const int64_t *)tb_tensor_data(&a->index[d]))[flat], x->shape[d], &j));
+        off += j * x_strides[d];
+    }
+    *offset = off;
+    return TB_OK;
+}
+
+tb_status tb_eager_index(const tb_tensor *x, int nindices, const tb_tensor *const *indices, tb_tensor *out) {
+    memset(out, 0, sizeof *out);
+    advanced_index a;
+    TB_TRY(advanced_prepare(x, nindices, indices, &a));
+    tb_tensor xc;
+    tb_status status = tb_tensor_contiguous(x, x->dtype, &xc);
+    if (status == TB_OK)
+        status = tb_tensor_empty(x->dtype, a.out_ndim, a.out_shape, 0, out);
+    int64_t strides[TB_MAX_DIMS];
+    tb_contiguous_strides(x->ndim, x->shape, strides);
+    size_t width = tb_dtype_size(x->dtype), run = (size_t)a.run * width;
+    for (int64_t r = 0; status == TB_OK && r < a.rows && a.run; r++) {
+        int64_t off = 0;
+        status = advanced_offset(&a, x, strides, r, &off);
+        if (status == TB_OK)
+            memcpy((char *)tb_tensor_data(out) + r * (int64_t)run, (const char *)tb_tensor_data(&xc) + off * (int64_t)width,
+                   run);
+    }
+    tb_tensor_release(&xc);
+    advanced_release(&a);
+    if (status != TB_OK)
+        tb_tensor_release(out);
+    return status;
+}
+
+tb_status tb_eager_index_put(const tb_tensor *x, int nindices, const tb_tensor *const *indices, const tb_tensor *values,
+                             bool accumulate, tb_tensor *out) {
+    memset(out, 0, sizeof *out);
+    advanced_index a;
+    TB_TRY(advanced_prepare(x, nindices, indices, &a));
+    tb_domain domain = tb_domain_of(x->dtype) == TB_DOMAIN_I64 ? TB_DOMAIN_I64 : TB_DOMAIN_F64;
+    tb_dtype work = accumulate ? tb_domain_dtype(domain) : x->dtype;
+    tb_tensor acc = {0}, expanded = {0}, vals = {0};
+    tb_status status = tb_tensor_expand(values, a.out_ndim, a.out_shape, &expanded);
+    if (status != TB_OK)
+        status = tb_error_set(TB_ERR_SHAPE, "shape mismatch: value tensor of %d dims cannot be broadcast to the "
+                              "indexing result of %d dims", values->ndim, a.out_ndim);
+    if (status == TB_OK && (status = tb_tensor_empty(work, a.out_ndim, a.out_shape, 0, &vals)) == TB_OK)
+        status = tb_tensor_copy(&vals, &expanded);
+    if (status == TB_OK && (status = tb_tensor_empty(work, x->ndim, x->shape, 0, &acc)) == TB_OK)
+        status = tb_tensor_copy(&acc, x);
+    int64_t strides[TB_MAX_DIMS];
+    tb_contiguous_strides(x->ndim, x->shape, strides);
+    size_t width = tb_dtype_size(work);
+    for (int64_t r = 0; status == TB_OK && r < a.rows && a.run; r++) {
+        int64_t off = 0;
+        status = advanced_offset(&a, x, strides, r, &off);
+        if (status != TB_OK)
+            break;
+        if (!accumulate) {
+            memcpy((char *)tb_tensor_data(&acc) + off * (int64_t)width,
+                   (const char *)tb_tensor_data(&vals) + r * a.run * (int64_t)width, (size_t)a.run * width);
+        } else if (domain == TB_DOMAIN_F64) {
+            double *to = (double *)tb_tensor_data(&acc) + off;
+            const double *from = (const double *)tb_tensor_data(&vals) + r * a.run;
+            for (int64_t i = 0; i < a.run; i++)
+                to[i] += from[i];
+        } else {
+            int64_t *to = (int64_t *)tb_tensor_data(&acc) + off;
+            const int64_t *from = (const int64_t *)tb_tensor_data(&vals) + r * a.run;
+            for (int64_t i = 0; i < a.run; i++)
+                to[i] = (int64_t)((uint64_t)to[i] + (uint64_t)from[i]);
+        }
+    }
+    tb_tensor_release(&expanded);
+    tb_tensor_release(&vals);
+    advanced_release(&a);
+    if (status == TB_OK && work == x->dtype) {
+        *out = acc; /* ownership moves to the caller */
+        return TB_OK;
+    }
+    if (status == TB_OK)
+        status = tb_tensor_contiguous(&acc, x->dtype, out);
+    tb_tensor_release(&acc);
     return status;
 }

@@ -481,12 +481,33 @@ tb_status tb_eager_max_dim(bool is_max, const tb_tensor *x, int64_t dim, bool ke
     return TB_OK;
 }
 
-tb_status tb_eager_cumulative(bool is_prod, const tb_tensor *x, int64_t dim, tb_dtype out_dtype, tb_tensor *out) {
+/* log(exp(a) + exp(b)) without overflow; exact when both are the same infinity. */
+static double log_add_exp(double a, double b) {
+    if (isnan(a) || isnan(b))
+        return NAN;
+    double high = a > b ? a : b, low = a > b ? b : a;
+    if (isinf(low) && low < 0)
+        return high;
+    if (high == low)
+        return high + log(2.0);
+    return high + log1p(exp(low - high));
+}
+
+static double scan_step(tb_eager_scan_op op, double s, double v) {
+    return op == TB_EAGER_SCAN_PROD ? s * v : op == TB_EAGER_SCAN_LOGSUMEXP ? log_add_exp(s, v) : s + v;
+}
+
+tb_status tb_eager_cumulative(tb_eager_scan_op op, const tb_tensor *x, int64_t dim, tb_dtype out_dtype, tb_tensor *out) {
     memset(out, 0, sizeof *out);
     int d = 0;
     if (x->ndim > 0)
         TB_TRY(tb_normalize_dim(dim, x->ndim, &d));
+    if (op < TB_EAGER_SCAN_SUM || op > TB_EAGER_SCAN_LOGSUMEXP)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "cumulative: unknown scan %d", (int)op);
     tb_domain domain = tb_domain_of(out_dtype) == TB_DOMAIN_I64 ? TB_DOMAIN_I64 : TB_DOMAIN_F64;
+    if (op == TB_EAGER_SCAN_LOGSUMEXP && domain == TB_DOMAIN_I64)
+        return tb_error_set(TB_ERR_DTYPE, "logcumsumexp: expected a floating dtype, got %s", tb_dtype_name(out_dtype));
+    bool is_prod = op == TB_EAGER_SCAN_PROD;
     /* move dim last */
     int64_t order[TB_MAX_DIMS];
     int k = 0;
@@ -512,9 +533,10 @@ tb_status tb_eager_cumulative(bool is_prod, const tb_tensor *x, int64_t dim, tb_
     for (int64_t r = 0; r < rows; r++) {
         if (domain == TB_DOMAIN_F64) {
             const double *src = (const double *)tb_tensor_data(&work) + r * len;
-            double *dst = (double *)tb_tensor_data(&acc) + r * len, s = is_prod ? 1 : 0;
+            double *dst = (double *)tb_tensor_data(&acc) + r * len;
+            double s = is_prod ? 1 : op == TB_EAGER_SCAN_LOGSUMEXP ? -INFINITY : 0;
             for (int64_t i = 0; i < len; i++)
-                dst[i] = s = is_prod ? s * src[i] : s + src[i];
+                dst[i] = s = scan_step(op, s, src[i]);
         } else {
             const int64_t *src = (const int64_t *)tb_tensor_data(&work) + r * len;
             int64_t *dst = (int64_t *)tb_tensor_data(&acc) + r * len;

@@ -1,6 +1,8 @@
 /* Graph ops computed by the eager core (eager.h), so that one piece of code serves turbo_torch and the
- * compile backend: max/min along a dim with indices, sort, cumsum/cumprod, the reductions of
- * tb_eager_reduce (prod, all, any, ...), vector norms, gather, scatter, index_select and index_add.
+ * compile backend: max/min along a dim with indices, sort, cumsum/cumprod/logcumsumexp, the reductions
+ * of tb_eager_reduce (prod, all, any, ...), vector norms, gather, scatter, index_select, index_add,
+ * flip, roll, tril/triu, advanced indexing (index, index_put), and pointwise ops on integer tensors
+ * (exact, where the graph's elementwise programs compute in float32).
  *
  * Each op's shape inference follows PyTorch (errors name the bad input); its step views the planned
  * inputs as tensors, calls the eager function, and adopts the freshly allocated result as the
@@ -130,10 +132,117 @@ tb_status tb_infer_index_add(const tb_graph_params *p, int n, infos in, tb_value
     return TB_OK;
 }
 
+tb_status tb_infer_rearrange(const tb_graph_params *p, int n, infos in, tb_value_info *out) {
+    const tb_value_info *x = in[0];
+    if (x->ndim < 32 && x->ndim > 0 && p->rearrange.dim_mask >> x->ndim)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "flip: dim mask 0x%llx names a dim past the input's %d",
+                            (unsigned long long)p->rearrange.dim_mask, x->ndim);
+    tb_info_contiguous(out, x->dtype, x->ndim, x->shape);
+    return TB_OK;
+}
+
+tb_status tb_infer_triangle(const tb_graph_params *p, int n, infos in, tb_value_info *out) {
+    if (in[0]->ndim < 2)
+        return tb_error_set(TB_ERR_SHAPE, "%s: input tensor must have at least 2 dimensions, got %d",
+                            p->triangle.upper ? "triu" : "tril", in[0]->ndim);
+    tb_info_contiguous(out, in[0]->dtype, in[0]->ndim, in[0]->shape);
+    return TB_OK;
+}
+
+/* The shape of x[indices] for the integer index values in[0..] of the dims in mask (PyTorch's
+ * placement: the broadcast index shape where the first indexed dim was when they are adjacent, else
+ * first); the same rule as tb_eager_index. */
+static tb_status advanced_shape(const tb_value_info *x, int64_t mask, int count, infos indices, int *ndim,
+                                int64_t *shape) {
+    if (mask <= 0 || (x->ndim < 63 && mask >> x->ndim))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "index: index mask 0x%llx does not fit the input's %d dims",
+                            (unsigned long long)mask, x->ndim);
+    if (count != __builtin_popcountll((unsigned long long)mask))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "index: %d index inputs for %d indexed dims", count,
+                            __builtin_popcountll((unsigned long long)mask));
+    int bndim = 0;
+    int64_t bshape[TB_MAX_DIMS] = {0};
+    for (int k = 0; k < count; k++) {
+        if (!is_integral(indices[k]->dtype))
+            return tb_error_set(TB_ERR_DTYPE, "index: index %d has dtype %s; expected an integer dtype", k,
+                                tb_dtype_name(indices[k]->dtype));
+        if (k == 0) {
+            bndim = indices[0]->ndim;
+            memcpy(bshape, indices[0]->shape, sizeof bshape);
+        } else if (tb_broadcast_shapes(bndim, bshape, indices[k]->ndim, indices[k]->shape, &bndim, bshape) != TB_OK) {
+            return tb_error_set(TB_ERR_SHAPE, "index: shape mismatch: indexing tensors could not be broadcast together");
+        }
+    }
+    int first = __builtin_ctzll((unsigned long long)mask), last = 63 - __builtin_clzll((unsigned long long)mask);
+    bool adjacent = __builtin_popcountll((unsigned long long)mask) == last - first + 1;
+    int r = 0;
+    int64_t result[3 * TB_MAX_DIMS];
+    if (adjacent)
+        for (int d = 0; d < first; d++)
+            result[r++] = x->shape[d];
+    for (int d = 0; d < bndim; d++)
+        result[r++] = bshape[d];
+    for (int d = 0; d < x->ndim; d++)
+        if (!(mask >> d & 1) && (!adjacent || d > last))
+            result[r++] = x->shape[d];
+    if (r > TB_MAX_DIMS)
+        return tb_error_set(TB_ERR_SHAPE, "index: the result would have %d dims, more than %d", r, TB_MAX_DIMS);
+    *ndim = r;
+    memcpy(shape, result, sizeof(int64_t) * (size_t)r);
+    return TB_OK;
+}
+
+tb_status tb_infer_index(const tb_graph_params *p, int n, infos in, tb_value_info *out) {
+    int ndim;
+    int64_t shape[TB_MAX_DIMS];
+    TB_TRY(advanced_shape(in[0], p->advanced_index.index_mask, n - 1, in + 1, &ndim, shape));
+    tb_info_contiguous(out, in[0]->dtype, ndim, shape);
+    return TB_OK;
+}
+
+tb_status tb_infer_index_put(const tb_graph_params *p, int n, infos in, tb_value_info *out) {
+    const tb_value_info *x = in[0], *values = in[1];
+    int ndim, bndim;
+    int64_t shape[TB_MAX_DIMS], broadcast[TB_MAX_DIMS];
+    TB_TRY(advanced_shape(x, p->advanced_index.index_mask, n - 2, in + 2, &ndim, shape));
+    if (values->ndim > ndim || tb_broadcast_shapes(ndim, shape, values->ndim, values->shape, &bndim, broadcast) != TB_OK ||
+        bndim != ndim || memcmp(broadcast, shape, sizeof(int64_t) * (size_t)ndim))
+        return tb_error_set(TB_ERR_SHAPE, "index_put: values of %d dims do not broadcast to the indexed shape", values->ndim);
+    tb_info_contiguous(out, x->dtype, x->ndim, x->shape);
+    return TB_OK;
+}
+
+tb_status tb_infer_eager_pointwise(const tb_graph_params *p, int n, infos in, tb_value_info *out) {
+    const tb_params_pointwise *q = &p->pointwise;
+    if (q->op < 0 || q->op >= (q->binary ? TB_PW_BINARY_COUNT : TB_PW_UNARY_COUNT))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "eager_pointwise: unknown op %lld", (long long)q->op);
+    if (!tb_dtype_valid((int)q->dtype) || !tb_dtype_valid((int)q->compute_dtype))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "eager_pointwise: invalid dtype");
+    if (n != (q->binary && q->scalar_side == 0 ? 2 : 1))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "eager_pointwise: %d inputs for a %s op", n,
+                            q->binary ? (q->scalar_side ? "binary op with a scalar" : "binary") : "unary");
+    int ndim = in[0]->ndim;
+    int64_t shape[TB_MAX_DIMS];
+    memcpy(shape, in[0]->shape, sizeof shape);
+    if (n == 2 && tb_broadcast_shapes(in[0]->ndim, in[0]->shape, in[1]->ndim, in[1]->shape, &ndim, shape) != TB_OK)
+        return tb_error_set(TB_ERR_SHAPE, "eager_pointwise: shapes do not broadcast");
+    tb_info_contiguous(out, (tb_dtype)q->dtype, ndim, shape);
+    return TB_OK;
+}
+
 /* ---- execution ---- */
 
+/* The index list of INDEX / INDEX_PUT: one entry per dim up to the last indexed one, NULL where not
+ * indexed; returns the entry count. */
+static int index_list(int64_t mask, tb_tensor *indices, const tb_tensor **list) {
+    int count = 0, k = 0;
+    for (int d = 0; d < TB_MAX_DIMS && mask >> d; d++, count++)
+        list[d] = mask >> d & 1 ? &indices[k++] : NULL;
+    return count;
+}
+
 static tb_status exec_eager(const tb_exec_context *context, const tb_step *step) {
-    enum { MAX = 3 };
+    enum { MAX = 10 };
     tb_storage storages[MAX];
     tb_tensor in[MAX];
     for (int i = 0; i < step->ninputs && i < MAX; i++)
@@ -155,7 +264,7 @@ static tb_status exec_eager(const tb_exec_context *context, const tb_step *step)
         status = tb_eager_sort(&in[0], p->sort.dim, p->sort.descending != 0, &out[0], &out[1]);
         break;
     case TB_OP_SCAN:
-        status = tb_eager_cumulative(p->scan.is_prod != 0, &in[0], p->scan.dim, (tb_dtype)p->scan.dtype, &out[0]);
+        status = tb_eager_cumulative((tb_eager_scan_op)p->scan.op, &in[0], p->scan.dim, (tb_dtype)p->scan.dtype, &out[0]);
         break;
     case TB_OP_EAGER_REDUCE:
         status = tb_eager_reduce((tb_eager_reduce_op)p->eager_reduce.op, &in[0], (uint32_t)p->eager_reduce.dim_mask,
@@ -179,6 +288,42 @@ static tb_status exec_eager(const tb_exec_context *context, const tb_step *step)
     case TB_OP_INDEX_ADD:
         status = tb_eager_index_add(&in[0], p->index.dim, &in[1], &in[2], p->index.alpha, &out[0]);
         break;
+    case TB_OP_FLIP:
+        status = tb_eager_flip(&in[0], (uint32_t)p->rearrange.dim_mask, &out[0]);
+        break;
+    case TB_OP_ROLL:
+        status = tb_eager_roll(&in[0], p->rearrange.shifts, &out[0]);
+        break;
+    case TB_OP_TRIANGLE:
+        status = tb_eager_triangle(&in[0], p->triangle.diagonal, p->triangle.upper != 0, &out[0]);
+        break;
+    case TB_OP_INDEX: {
+        const tb_tensor *list[TB_MAX_DIMS];
+        int count = index_list(p->advanced_index.index_mask, &in[1], list);
+        status = tb_eager_index(&in[0], count, list, &out[0]);
+        break;
+    }
+    case TB_OP_INDEX_PUT: {
+        const tb_tensor *list[TB_MAX_DIMS];
+        int count = index_list(p->advanced_index.index_mask, &in[2], list);
+        status = tb_eager_index_put(&in[0], count, list, &in[1], p->advanced_index.accumulate != 0, &out[0]);
+        break;
+    }
+    case TB_OP_EAGER_POINTWISE: {
+        const tb_params_pointwise *q = &p->pointwise;
+        tb_pw_params params = {.alpha = q->alpha, .lo = q->lo, .hi = q->hi};
+        if (!q->binary) {
+            status = tb_eager_unary((tb_pw_unary)q->op, &in[0], &params, (tb_dtype)q->compute_dtype, (tb_dtype)q->dtype,
+                                    &out[0]);
+            break;
+        }
+        tb_eager_operand scalar = {NULL, q->scalar, (int64_t)q->scalar}, first = {&in[0], 0, 0};
+        tb_eager_operand second = q->scalar_side ? scalar : (tb_eager_operand){&in[1], 0, 0};
+        status = tb_eager_binary((tb_pw_binary)q->op, q->scalar_side == 2 ? scalar : first,
+                                 q->scalar_side == 2 ? first : second, &params, (tb_dtype)q->compute_dtype,
+                                 (tb_dtype)q->dtype, &out[0]);
+        break;
+    }
     default:
         status = tb_error_set(TB_ERR_INTERNAL, "no eager lowering for %s", tb_graph_op_name(step->op));
     }

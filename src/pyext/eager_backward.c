@@ -482,31 +482,7 @@ static tb_status cat_backward(tt_node *node, const tb_tensor *g, tb_tensor *grad
 }
 
 static tb_status flip_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads) {
-    /* flip is its own inverse: copy g reversed along the dims in the mask */
-    tb_tensor c;
-    TB_TRY(tb_tensor_contiguous(g, g->dtype, &c));
-    tb_tensor out;
-    tb_status status = tb_tensor_empty(g->dtype, g->ndim, g->shape, 0, &out);
-    if (status == TB_OK) {
-        int64_t n = tb_tensor_numel(g);
-        size_t width = tb_dtype_size(g->dtype);
-        int64_t strides[TB_MAX_DIMS];
-        tb_contiguous_strides(g->ndim, g->shape, strides);
-        for (int64_t i = 0; i < n; i++) {
-            int64_t rest = i, j = 0;
-            for (int d = 0; d < g->ndim; d++) {
-                int64_t coord = rest / strides[d];
-                rest %= strides[d];
-                if (node->ints[0] >> d & 1)
-                    coord = g->shape[d] - 1 - coord;
-                j += coord * strides[d];
-            }
-            memcpy((char *)tb_tensor_data(&out) + j * (int64_t)width, (char *)tb_tensor_data(&c) + i * (int64_t)width, width);
-        }
-        grads[0] = out;
-    }
-    tb_tensor_release(&c);
-    return status;
+    return tb_eager_flip(g, (uint32_t)node->ints[0], &grads[0]); /* flip is its own inverse */
 }
 
 tb_status tt_node_backward(tt_node *node, const tb_tensor *g, tb_tensor *grads);

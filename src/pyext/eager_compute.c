@@ -259,7 +259,7 @@ static PyObject *py_cumulative(PyObject *m, PyObject *const *args, Py_ssize_t na
     if (args[3] != Py_None && tt_dtype_from_object(args[3], &out_dtype) != 0)
         return NULL;
     tb_tensor out = {0};
-    tb_status status = tb_eager_cumulative(is_prod, tt_data(x), dim, out_dtype, &out);
+    tb_status status = tb_eager_cumulative((tb_eager_scan_op)is_prod, tt_data(x), dim, out_dtype, &out);
     if (status != TB_OK)
         return tt_raise(status);
     PyObject *result = tt_wrap(&out);

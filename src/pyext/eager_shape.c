@@ -137,28 +137,8 @@ PyObject *tt_view_op(PyObject *x, int kind, const int64_t *args, int nargs) {
                 break;
             mask |= 1u << d;
         }
-        if (status == TB_OK) {
-            /* flip by a negative-free copy: gather reversed coordinates */
-            status = tb_tensor_empty(t->dtype, t->ndim, t->shape, 0, &result);
-            if (status == TB_OK) {
-                int64_t n = tb_tensor_numel(t);
-                size_t width = tb_dtype_size(t->dtype);
-                int64_t strides[TB_MAX_DIMS];
-                tb_contiguous_strides(t->ndim, t->shape, strides);
-                for (int64_t i = 0; i < n; i++) {
-                    int64_t rest = i, src = t->offset;
-                    for (int d = 0; d < t->ndim; d++) {
-                        int64_t c = rest / strides[d];
-                        rest %= strides[d];
-                        if (mask >> d & 1)
-                            c = t->shape[d] - 1 - c;
-                        src += c * t->strides[d];
-                    }
-                    memcpy((char *)tb_tensor_data(&result) + i * (int64_t)width,
-                           (char *)t->storage->data + src * (int64_t)width, width);
-                }
-            }
-        }
+        if (status == TB_OK)
+            status = tb_eager_flip(t, mask, &result);
         node_kind = TT_NODE_FLIP;
         name = "FlipBackward0";
         ints[0] = mask;

@@ -59,6 +59,25 @@ CASES = {
     "sort": (lambda x: x.sort(1, descending=True).values * 2 + x.sort(0).indices.float(), [X], [], "sort", True),
     "sort_stable": (lambda x: torch.sort(x, dim=0, stable=True).values.tanh(), [X], [], "sort", True),
     "topk": (lambda x: x.topk(3, 1).values.exp() + x.topk(3, 1, largest=False).indices.float(), [X], [], "sort", True),
+    "flip": (lambda x: x.flip(1) * x, [X], [], "flip", True),
+    "flip_dims": (lambda b: b.flip((0, -1)).exp(), [B3], [], "flip", True),
+    "roll": (lambda x: x.roll((1, -2), (0, 1)) * x, [X], [], "roll", True),
+    "roll_flat": (lambda b: b.roll(7) + 1, [B3], [], "roll", True),
+    "tril": (lambda x: x.tril(1) * 2, [X], [], "triangle", True),
+    "triu_batched": (lambda b: b.triu(-1).sin(), [B3], [], "triangle", True),
+    "logcumsumexp": (lambda x: x.logcumsumexp(1) * 2, [X], [], "scan", True),
+    "logcumsumexp_dim0": (lambda x: (x * 30).logcumsumexp(0), [X], [], "scan", True),
+    "index_rows": (lambda x, j: x[j] * 2, [X], [ROWS], "index", True),
+    "index_negative": (lambda x, j: x[:, j - 3].exp(), [X], [ROWS], "index", True),
+    "index_two_dims": (lambda b, j: b[j[:2] % 2, :, j[1:3]] * 3, [B3], [ROWS], "index", True),
+    "index_broadcast_middle": (lambda b, j: b[:, j[:2, None], j[None, :3]].tanh(), [B3], [ROWS.view(2, 2)[0].repeat(2, 1)],
+                               "index", True),
+    "index_put_accumulate": (lambda x, j: x.index_put((j,), x[:4] * 2, accumulate=True), [X], [ROWS], "index_put", True),
+    "index_put_assign": (lambda x, j: x.index_put((j[:3],), x[0] * 5), [X], [torch.tensor([3, 0, 1])], "index_put",
+                         True),
+    "cumsum_bool": (lambda x: (x > 0).cumsum(1) + x, [X], [], "scan", True),
+    "integer_arithmetic": (lambda x, i: x * ((i - 1).relu() * 3 + 2 ** 40 - (i == 2).long() * 2 ** 40).float(),
+                           [X], [INDEX], "eager_pointwise", True),
 }
 
 
@@ -100,9 +119,9 @@ def test_op_runs_natively_and_matches_eager(name):
     assert not Explanation(graphs=list(recorder.graphs)).runtime_fallbacks
 
 
-# the backward graphs that run wholly natively (the others still hand some node to PyTorch, named
-# in the report: see docs/compile_backend.md)
-NATIVE_BACKWARD = ["max_dim", "gather", "scatter_add", "index_select", "index_add", "vector_norm"]
+# every backward graph runs wholly natively (cumprod's counts zeros with integer ops; the backward of
+# cumsum, logcumsumexp and prod flips; that of x[j] is an index_put)
+NATIVE_BACKWARD = [name for name, case in CASES.items() if case[4]]
 
 
 @pytest.mark.parametrize("name", NATIVE_BACKWARD)
@@ -153,17 +172,24 @@ def test_rules_run_natively(name, grad):
         torch.testing.assert_close(x.grad, xe.grad)
 
 
+def _run_both(fn, x, grad):
+    """fn compiled and eager on copies of x (leaves when grad), values compared; returns (got, expected,
+    leaf, expected_leaf, recorder)."""
+    leaf, expected_leaf = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+    with torch.set_grad_enabled(grad), Recorder() as recorder:
+        got = torch.compile(fn, backend="torchburn")(leaf)
+    expected = fn(expected_leaf)
+    torch.testing.assert_close(got, expected)
+    return got, expected, leaf, expected_leaf, recorder
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_baddbmm(grad):
     def fn(b):
         return (torch.baddbmm(b[:, :, :4], b, b.transpose(1, 2)[:, :, :4])
                 + torch.baddbmm(b[0, :, :4], b, b.transpose(1, 2)[:, :, :4], beta=0.5, alpha=2.0))
 
-    b, be = B3.clone().requires_grad_(grad), B3.clone().requires_grad_(grad)
-    with torch.set_grad_enabled(grad), Recorder() as recorder:
-        got = torch.compile(fn, backend="torchburn")(b)
-    expected = fn(be)
-    torch.testing.assert_close(got, expected)
+    got, expected, b, be, recorder = _run_both(fn, B3, grad)
     kind = "forward" if grad else "inference"
     assert {g.kind for g in recorder.graphs} >= {kind}
     assert not _fallbacks(recorder, kind), _fallbacks(recorder, kind)
@@ -172,6 +198,73 @@ def test_baddbmm(grad):
         got.sum().backward()
         expected.sum().backward()
         torch.testing.assert_close(b.grad, be.grad)
+
+
+def test_integer_pointwise_is_exact():
+    """Integer arithmetic runs in the eager core's int64 (the graph's float32 programs would round 2**40 + 1)."""
+    fn = lambda i: ((i * 3 + (2 ** 40 + 1)) // 2 - (i != 0).long()).clamp(max=2 ** 39 + 3) + i.clamp(1, 2)  # noqa: E731
+    with torch.no_grad(), Recorder() as recorder:
+        got = torch.compile(fn, backend="torchburn")(INDEX)
+    assert got.dtype == torch.int64 and torch.equal(got, fn(INDEX))
+    assert "eager_pointwise" in _steps(recorder, "inference")
+    report = Explanation(graphs=list(recorder.graphs))
+    assert report.native_share == 1.0 and not report.runtime_fallbacks, str(report)
+
+
+@pytest.mark.parametrize("make", [lambda: torch.arange(6), lambda: torch.arange(3, 20, 3)[:6],
+                                  lambda: torch.arange(10, 4, -1), lambda: torch.arange(2, 8, dtype=torch.int32)])
+def test_integer_arange_runs_natively(make):
+    fn = lambda i: i[0] * make() + 1  # noqa: E731
+    with torch.no_grad(), Recorder() as recorder:
+        got = torch.compile(fn, backend="torchburn")(INDEX)
+    assert torch.equal(got, fn(INDEX)) and got.dtype == fn(INDEX).dtype
+    report = Explanation(graphs=list(recorder.graphs))
+    assert report.native_share == 1.0 and not report.runtime_fallbacks, str(report)
+
+
+def test_index_put_in_place_assignment():
+    """x[j] = v on a clone (functionalized to index_put) and x[mask-free int index] += v, natively."""
+    def fn(x, j):
+        y = x.clone()
+        y[j] = x[:3] * 2
+        y[:, j[:2]] += 1.0
+        return y
+
+    j = torch.tensor([3, 0, 1])
+    with torch.no_grad(), Recorder() as recorder:
+        got = torch.compile(fn, backend="torchburn")(X, j)
+    torch.testing.assert_close(got, fn(X, j))
+    assert "index_put" in _steps(recorder, "inference")
+    assert Explanation(graphs=list(recorder.graphs)).native_share == 1.0
+
+
+def test_bad_advanced_index_falls_back_to_pytorch_error():
+    fn = torch.compile(lambda x, j: x[j] * 2, backend="torchburn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TorchburnFallbackWarning)
+        with torch.no_grad():
+            fn(X, ROWS)
+            with pytest.raises(IndexError, match="out of bounds"):
+                fn(X, torch.tensor([0, 9]))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_safe_softmax_zeroes_fully_masked_rows(grad):
+    """aten._safe_softmax (masked attention in transformers' BERT/GPT-2 under grad): rows that are all
+    -inf give 0, not NaN, natively and in the gradient."""
+    x = X.clone()
+    x[1] = -float("inf")
+    x[2, :3] = -float("inf")
+    weight = _x(4, 6, seed=3)
+    fn = lambda x: torch.ops.aten._safe_softmax(x * 2, -1) * weight  # noqa: E731
+    got, expected, leaf, expected_leaf, recorder = _run_both(fn, x, grad)
+    kind = "forward" if grad else "inference"
+    assert not _fallbacks(recorder, kind), _fallbacks(recorder, kind)
+    assert Explanation(graphs=list(recorder.graphs)).native_share == 1.0
+    if grad:
+        got.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(leaf.grad, expected_leaf.grad)
 
 
 def test_bad_index_is_a_clear_error_or_pytorch_error():

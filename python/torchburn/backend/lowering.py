@@ -193,15 +193,32 @@ class Rule:
 
 
 RULES: dict = {}
+# Rules for nodes that read or write an integer tensor (int8..int64, uint8), where RULES' elementwise
+# programs (computed in float32) would not be exact: the eager core's integer math.
+INTEGER_RULES: dict = {}
+INTEGRAL = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 
-def rule(*targets, check=None, dtypes=FLOATS + (torch.bool,), outputs=None, index=False):
+def rule(*targets, check=None, dtypes=FLOATS + (torch.bool,), outputs=None, index=False, integer=False):
     def register(fn):
         for target in targets:
-            RULES[target] = Rule(fn, check, dtypes, outputs, index)
+            (INTEGER_RULES if integer else RULES)[target] = Rule(fn, check, dtypes, outputs, index)
         return fn
 
     return register
+
+
+def _has_integer(node: torch.fx.Node) -> bool:
+    values = [meta(node)] + [meta(a) for a in _tensor_args(node)]
+    return any(is_tensor(v) and v.dtype in INTEGRAL for v in values)
+
+
+def rule_for(node: torch.fx.Node) -> Optional[Rule]:
+    """The rule that lowers `node` (None: not supported)."""
+    integer = INTEGER_RULES.get(node.target)
+    if integer is not None and _has_integer(node):
+        return integer
+    return RULES.get(node.target)
 
 
 def _tensor_args(node: torch.fx.Node) -> list:
@@ -231,7 +248,7 @@ def support(node: torch.fx.Node) -> tuple:
             return False, "getitem"
         ok, reason = support(source)
         return ok, reason
-    rule_ = RULES.get(node.target)
+    rule_ = rule_for(node)
     name = str(node.target)
     if rule_ is None:
         return False, name
@@ -339,7 +356,7 @@ def lower_node(builder: Builder, node: torch.fx.Node) -> None:
             raise LoweringError(f"{node.name}: output {node.args[1]} is not computed natively")
         _cross_check(builder, node, builder.values[node], builder.meta(node))
         return
-    result = RULES[node.target].lower(builder, node)
+    result = rule_for(node).lower(builder, node)
     builder.values[node] = result
     out = builder.meta(node)
     if isinstance(result, tuple):

@@ -8,7 +8,8 @@ from typing import Any, Optional
 
 import torch
 
-from .lowering import (BINARY, DTYPE_NAMES, F32, FLOATS, Builder, _contiguous_strides, meta, rule, static_shape,
+from .lowering import (BINARY, COMPARE, DTYPE_NAMES, F32, FLOATS, REDUCE, Builder, _contiguous_strides, meta, rule,
+                       static_shape,
                        static_strides)
 
 aten = torch.ops.aten
@@ -21,6 +22,19 @@ aten = torch.ops.aten
 def _softmax(b: Builder, n: torch.fx.Node) -> int:
     return b.add("softmax", [b.value(n.args[0])], {"dim": int(n.args[1]), "log": int(n.target == aten._log_softmax.default),
                                                   "dtype": b.dtype(n)})
+
+
+@rule(aten._safe_softmax.default, check=lambda n: len(n.args) < 3 or n.args[2] is None, dtypes=FLOATS)
+def _safe_softmax(b: Builder, n: torch.fx.Node) -> int:
+    """softmax, with 0 for rows that are all -inf (PyTorch's masked-attention softmax, where a plain
+    softmax gives NaN)."""
+    x = n.args[0]
+    dim = int(n.args[1]) % max(len(b.shape(x)), 1)
+    dtype = b.dtype(n)
+    probs = b.add("softmax", [b.value(x)], {"dim": dim, "log": 0, "dtype": dtype})
+    row_max = b.add("reduce", [b.value(x)], {"op": REDUCE["max"], "dim_mask": 1 << dim, "keepdim": 1, "dtype": b.dtype(x)})
+    empty = b.add("compare_scalar", [row_max], {"op": COMPARE["eq"], "scalar": -math.inf})
+    return b.add("where", [empty, b.full(0.0, dtype), probs], {"dtype": dtype})
 
 
 @rule(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default, dtypes=FLOATS)

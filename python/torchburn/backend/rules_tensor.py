@@ -174,6 +174,7 @@ _UNARY_TARGETS = {
     aten.logical_not.default: "logical_not", aten.bitwise_not.default: "logical_not",
     aten.hardsigmoid.default: "hardsigmoid", aten.hardswish.default: "hardswish", aten.mish.default: "mish",
     aten.tan.default: "tan", aten.atan.default: "atan", aten.log2.default: "log2", aten.exp2.default: "exp2",
+    aten.sgn.default: "sign",  # on real tensors (the norm's backward)
 }
 
 
@@ -271,6 +272,8 @@ _BINARY_TARGETS = {
     aten.minimum.default: "minimum", aten.remainder.Tensor: "remainder", aten.remainder.Scalar: "remainder",
     aten.fmod.Tensor: "fmod", aten.fmod.Scalar: "fmod", aten.atan2.default: "atan2",
     aten.logical_and.default: "logical_and", aten.logical_or.default: "logical_or",
+    # on bool tensors (the rule's dtypes keep integers out): what cumprod's backward writes
+    aten.bitwise_and.Tensor: "logical_and", aten.bitwise_or.Tensor: "logical_or",
 }
 
 

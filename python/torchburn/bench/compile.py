@@ -17,7 +17,9 @@ table gives the fixed cost of a cached compiled call on 8 floats against eager a
 Models: seed (Linear 512->1024, GELU, Linear 1024->256; batch 32), mlp (the README MLP 784->256->10;
 batch 64), resmlp (3 pre-norm residual blocks with SiLU, d 256; batch 64), cnn (3x conv/bn/relu,
 pooling, linear; batch 8, 3x64x64), encoder (nn.TransformerEncoderLayer d 256, 4 heads, ffn 1024,
-batch_first; batch 4, seq 128), gpt2 (a GPT-2 small block from transformers, random weights; seq 128).
+batch_first; batch 4, seq 128), gpt2 (a GPT-2 small block from transformers, random weights; seq 128);
+not in the default set: gpt2lm (transformers' GPT2LMHeadModel, GPT-2 small's width, 4 layers; token ids
+8 x 128, no cache) and bert (transformers' BertModel in all-MiniLM-L6-v2's shape; 8 x 128 with padding).
 """
 from __future__ import annotations
 
@@ -81,6 +83,42 @@ def build_models(torch: Any) -> dict:
 
         return Block()
 
+    class Output(nn.Module):
+        """A transformers model returning one tensor (logits or the last hidden state)."""
+
+        def __init__(self, model, field):
+            super().__init__()
+            self.model, self.field = model, field
+
+        def forward(self, *args):
+            return getattr(self.model(*args, use_cache=False) if self.field == "logits" else self.model(*args),
+                           self.field)
+
+    def gpt2lm():
+        import transformers
+
+        config = transformers.GPT2Config(n_layer=4)  # GPT-2 small's width, 4 layers, random weights
+        config._attn_implementation = "sdpa"
+        return Output(transformers.GPT2LMHeadModel(config), "logits")
+
+    def bert():
+        import transformers
+
+        # all-MiniLM-L6-v2's shape (d 384, 6 layers, 12 heads, ffn 1536), random weights
+        config = transformers.BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                         intermediate_size=1536)
+        config._attn_implementation = "sdpa"
+        return Output(transformers.BertModel(config), "last_hidden_state")
+
+    def token_ids(batch, length, padded):
+        ids = torch.randint(0, 1000, (batch, length), generator=g)
+        if not padded:
+            return (ids,)
+        mask = torch.ones(batch, length, dtype=torch.long)
+        for row in range(batch):  # padding of 0..batch-1 eighths of the sequence: the masked-attention path
+            mask[row, length - row * length // 8:] = 0
+        return ids, mask
+
     return {
         "seed": (lambda: nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 256)), lambda: (randn(32, 512),)),
         "mlp": (lambda: nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)), lambda: (randn(64, 784),)),
@@ -88,6 +126,8 @@ def build_models(torch: Any) -> dict:
         "cnn": (cnn, lambda: (randn(8, 3, 64, 64),)),
         "encoder": (lambda: nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True), lambda: (randn(4, 128, 256),)),
         "gpt2": (gpt2, lambda: (randn(1, 128, 768),)),
+        "gpt2lm": (gpt2lm, lambda: token_ids(8, 128, False)),
+        "bert": (bert, lambda: token_ids(8, 128, True)),
     }
 
 
@@ -273,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchburn.bench compile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="seed,mlp,resmlp,cnn,encoder,gpt2",
-                        help="comma-separated subset of: seed, mlp, resmlp, cnn, encoder, gpt2")
+                        help="comma-separated subset of: seed, mlp, resmlp, cnn, encoder, gpt2, gpt2lm, bert")
     parser.add_argument("--seconds", type=float, default=1.0, help="measuring time per implementation and model")
     parser.add_argument("--no-inductor", action="store_true", help="skip inductor (it compiles slowly)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
