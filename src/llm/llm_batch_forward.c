@@ -56,20 +56,22 @@ static void prepare_rows(void *context, int64_t begin, int64_t end, int thread_i
         job->kernels->prepare(job->format, job->x + i * job->x_stride, job->k, job->act + i * job->row_bytes);
 }
 
-#ifdef TB_HAVE_X86
+typedef struct batch_rows_job {
+    const tb_llm_qkernels *kernels;
+    tb_llm_qrun run;
+} batch_rows_job;
+
 static void batch_rows(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
-    const tb_llm_qrun *run = context;
-    tb_llm_batch_rows_avx512vnni(run, begin * 4, end * 4 < run->w->n ? end * 4 : run->w->n);
+    const batch_rows_job *job = context;
+    job->kernels->batch_rows(&job->run, begin * 4, end * 4 < job->run.w->n ? end * 4 : job->run.w->n);
 }
-#endif
 
 tb_status tb_llm_matmul_rows(tb_llm_step_scratch *scratch, const tb_llm_model *model, const llm_matrix *w,
                              const float *x, int64_t x_stride, int64_t m, float *y) {
     const tb_llm_kernels *kernels = tb_llm_kernels_active();
     const tb_llm_qkernels *qkernels = model->exact_activations ? NULL : tb_llm_qkernels_active();
-#ifdef TB_HAVE_X86
-    if (w->format != TB_LLM_QUANT_NONE && qkernels == &tb_llm_qkernels_avx512vnni && m > 1) {
+    if (w->format != TB_LLM_QUANT_NONE && qkernels && qkernels->batch_rows && m > 1) {
         const int64_t row_bytes = tb_llm_qact_row_bytes(w->format, w->k);
         if (m * row_bytes > scratch->act_bytes) {
             unsigned char *act = NULL;
@@ -81,13 +83,13 @@ tb_status tb_llm_matmul_rows(tb_llm_step_scratch *scratch, const tb_llm_model *m
         prepare_job prepare = {.kernels = qkernels, .format = w->format, .x = x, .x_stride = x_stride, .k = w->k,
                                .row_bytes = row_bytes, .act = scratch->act};
         tb_parallel_for(m, w->k > 0 ? (16384 + w->k - 1) / w->k : 1, prepare_rows, &prepare);
-        tb_llm_qrun run = {.w = &w->q, .m = m, .act = scratch->act, .act_row_bytes = row_bytes, .y = y,
-                           .y_row_stride = w->n, .bias = w->bias};
+        batch_rows_job job = {.kernels = qkernels,
+                              .run = {.w = &w->q, .m = m, .act = scratch->act, .act_row_bytes = row_bytes, .y = y,
+                                      .y_row_stride = w->n, .bias = w->bias}};
         const int64_t work = 4 * w->q.row_bytes * (m < 16 ? m : 16);
-        tb_parallel_for((w->n + 3) / 4, work > 0 ? (32768 + work - 1) / work : 1, batch_rows, &run);
+        tb_parallel_for((w->n + 3) / 4, work > 0 ? (32768 + work - 1) / work : 1, batch_rows, &job);
         return TB_OK;
     }
-#endif
     /* f32 weights (GEMV vs GEMM round differently) and CPUs without the int8-activation kernels */
     const tb_llm_qkernels *row_kernels = w->format != TB_LLM_QUANT_NONE ? qkernels : NULL;
     for (int64_t i = 0; i < m; i++)

@@ -18,7 +18,7 @@ typedef struct tb_llm_step_scratch {
 void tb_llm_step_scratch_free(tb_llm_step_scratch *scratch);
 
 /* y[M, N] = x[M, K] @ W.T + bias where row i of y has exactly the bits a single-row (M = 1) decode
- * matmul gives for row i of x: the VNNI batch kernel below where the int8-activation kernels run, else
+ * matmul gives for row i of x: the active qkernels' batch_rows where the int8-activation kernels run, else
  * one M = 1 matmul per row (same numbers, weights read M times). */
 tb_status tb_llm_matmul_rows(tb_llm_step_scratch *scratch, const tb_llm_model *model, const llm_matrix *w,
                              const float *x, int64_t x_stride, int64_t m, float *y);
@@ -28,11 +28,5 @@ tb_status tb_llm_matmul_rows(tb_llm_step_scratch *scratch, const tb_llm_model *m
  * session's numbers equal those of tb_llm_forward(sessions[i], &tokens[i], 1, ...) alone. */
 tb_status tb_llm_forward_step(tb_llm_step_scratch *scratch, tb_llm_session *const *sessions, const int32_t *tokens,
                               int64_t m, float *logits);
-
-#ifdef TB_HAVE_X86
-/* Rows [n_begin, n_end) of y for run->m prepared activation rows, each with the roundings of the single-row
- * VNNI decode kernel (x86_avx512vnni/llm_batch_rows_avx512vnni.c). */
-void tb_llm_batch_rows_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end);
-#endif
 
 #endif

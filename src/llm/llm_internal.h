@@ -93,6 +93,9 @@ typedef struct tb_llm_qkernels {
                          int64_t group_end, unsigned char *xt);
     bool (*gemm_rows)(const tb_quant_weight *w, const unsigned char *xt, int64_t m, float *y, int64_t y_stride,
                       const float *bias, int64_t n_begin, int64_t n_end);
+    /* The server's batched decode (NULL: none): like rows(), but each row of y has exactly the bits of an
+     * m = 1 rows() call on that activation row (docs/serving.md "The batching contract"). */
+    void (*batch_rows)(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end);
 } tb_llm_qkernels;
 
 #ifdef TB_HAVE_X86
@@ -106,12 +109,18 @@ bool tb_llm_gemm_rows_avx512vnni(const tb_quant_weight *w, const unsigned char *
 extern const tb_llm_qkernels tb_llm_qkernels_ref;
 #ifdef TB_HAVE_X86
 extern const tb_llm_qkernels tb_llm_qkernels_avx512vnni;
+extern const tb_llm_qkernels tb_llm_qkernels_avx2; /* AVX2 + FMA, no VNNI: the reference's bits */
+/* Rows [n_begin, n_end) of y for run->m prepared activation rows, each with the roundings of the single-row
+ * VNNI decode kernel (x86_avx512vnni/llm_batch_rows_avx512vnni.c). */
+void tb_llm_batch_rows_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end);
 #endif
 /* The fast kernels for the active ISA, or NULL when there are none (the f32-activation path runs then). */
 const tb_llm_qkernels *tb_llm_qkernels_active(void);
 int64_t tb_llm_qact_row_bytes(tb_llm_quant format, int64_t k);
 /* One block of the layout (n <= 128 for int4, <= 64 for int8 values of x; the rest is zero padding). */
 void tb_llm_qact_prepare_block(tb_llm_quant format, const float *x, int64_t n, unsigned char *out);
+/* A whole prepared row by tb_llm_qact_prepare_block (the reference's prepare). */
+void tb_llm_qact_prepare_ref(tb_llm_quant format, const float *x, int64_t k, unsigned char *dst);
 
 /* ---- model ---- */
 

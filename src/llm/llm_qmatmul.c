@@ -4,7 +4,8 @@
  * in f32. Per-block activation scales keep outlier channels from flattening the rest of a row (which a
  * single scale per row would), and the integer dots make decode bandwidth-bound instead of bound by
  * unpacking weights to f32. The prepared activation layouts below are shared by the scalar reference
- * (here) and the AVX-512 VNNI kernels (x86_avx512vnni/llm_qmatmul_avx512vnni.c). */
+ * (here), the AVX-512 VNNI kernels (x86_avx512vnni/llm_qmatmul_avx512vnni.c) and the AVX2 ones
+ * (x86_avx2/llm_qmatmul_avx2.c). */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -86,7 +87,7 @@ void tb_llm_qact_prepare_block(tb_llm_quant format, const float *x, int64_t n, u
     }
 }
 
-static void prepare_ref(tb_llm_quant format, const float *x, int64_t k, unsigned char *dst) {
+void tb_llm_qact_prepare_ref(tb_llm_quant format, const float *x, int64_t k, unsigned char *dst) {
     const int64_t step = format == TB_LLM_QUANT_INT4 ? 128 : 64;
     const int64_t bytes = format == TB_LLM_QUANT_INT4 ? TB_LLM_QACT_INT4_BLOCK_BYTES : TB_LLM_QACT_INT8_BLOCK_BYTES;
     for (int64_t c = 0; c * step < k; c++)
@@ -151,12 +152,17 @@ static void rows_ref(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
     }
 }
 
-const tb_llm_qkernels tb_llm_qkernels_ref = {.name = "scalar", .prepare = prepare_ref, .rows = rows_ref};
+/* every output row of rows_ref depends on its activation row alone, so it is its own batch kernel */
+const tb_llm_qkernels tb_llm_qkernels_ref = {
+    .name = "scalar", .prepare = tb_llm_qact_prepare_ref, .rows = rows_ref, .batch_rows = rows_ref};
 
 const tb_llm_qkernels *tb_llm_qkernels_active(void) {
 #ifdef TB_HAVE_X86
-    if (tb_isa_active() == TB_ISA_AVX512 && tb_cpu_get_features()->avx512vnni)
+    const tb_isa isa = tb_isa_active();
+    if (isa == TB_ISA_AVX512 && tb_cpu_get_features()->avx512vnni)
         return &tb_llm_qkernels_avx512vnni;
+    if ((isa == TB_ISA_AVX2 || isa == TB_ISA_AVX512) && tb_isa_supported(TB_ISA_AVX2))
+        return &tb_llm_qkernels_avx2;
 #endif
     return NULL;
 }

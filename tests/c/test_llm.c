@@ -1,5 +1,6 @@
 /* Tests of the llm layer in C: every SIMD kernel table against the scalar reference; the int8-activation
- * matmul (bit-identical preparation, VNNI rows vs the reference, the reference vs the math it stands for);
+ * matmul (bit-identical preparation, VNNI rows vs the reference, AVX2 rows equal to the reference bit for bit,
+ * no kernel reading past the weights or writing past its columns, the reference vs the math it stands for);
  * the least-squares int4 quantizer against the plain one; the sampler; and a whole tiny model written
  * here as config.json + model.safetensors: incremental decoding equals one prompt pass, prefix reuse,
  * sliding windows, the f16 KV cache, the quantized cache, generation finish reasons and bad inputs.
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -173,8 +175,8 @@ static double qmath(const qmatrix *q, const float *x, int64_t n) {
     return sum + (m->bias ? m->bias[n] : 0.0);
 }
 
-static void test_qmatmul(void) {
-    const tb_llm_qkernels *fast = tb_llm_qkernels_active();
+/* `fast` against the scalar reference (and the reference against the math); `exact`: bit for bit. */
+static void test_qmatmul_with(const tb_llm_qkernels *fast, bool exact) {
     const int64_t ks[] = {32, 96, 128, 200, 224, 896};
     for (int format = 0; format < 2; format++)
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
@@ -220,7 +222,8 @@ static void test_qmatmul(void) {
                         fast->rows(&run, begin, begin + 5 < n ? begin + 5 : n);
                     ok = true;
                     for (int64_t i = 0; i < mm * n; i++)
-                        ok &= close_rel(y_fast[i], y_ref[i], 2e-5f);
+                        ok &= exact ? memcmp(&y_fast[i], &y_ref[i], sizeof(float)) == 0
+                                    : close_rel(y_fast[i], y_ref[i], 2e-5f);
                     TB_CHECK_MSG(ok, "%s vs reference %s k=%lld g=%lld m=%lld", fast->name, format ? "int4" : "int8",
                                  (long long)k, (long long)group, (long long)mm);
                 }
@@ -259,11 +262,88 @@ static void test_qmatmul(void) {
                                    .y_row_stride = n};
                 tb_llm_qkernels_ref.rows(&run, 0, n);
                 TB_CHECK(isnan(y_ref[0]));
+                if (fast) {
+                    run.y = y_fast;
+                    fast->rows(&run, 0, n);
+                    TB_CHECK_MSG(isnan(y_fast[0]), "%s: a non-finite activation gives NaN", fast->name);
+                }
                 free(a_ref);
                 free(a_fast);
                 free_qmatrix(&q);
             }
         }
+}
+
+/* Weights that end at a page followed by an inaccessible one, prepared rows and outputs in guarded
+ * buffers: the kernels never read past the matrix (K tails included) nor write outside their columns. */
+static void test_qmatmul_bounds(const tb_llm_qkernels *fast) {
+    const long page = sysconf(_SC_PAGESIZE);
+    const int64_t ks[] = {32, 96, 160, 200, 896};
+    for (int format = 0; format < 2; format++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int64_t k = ks[ki], n = 7, group = 32, m = 3;
+            if (format && k % group != 0)
+                continue;
+            qmatrix q;
+            make_qmatrix(format ? TB_LLM_QUANT_INT4 : TB_LLM_QUANT_INT8, n, k, group, true, &q);
+            const size_t bytes = (size_t)(n * q.m.q.row_bytes), span = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
+            unsigned char *map = mmap(NULL, span + (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            TB_CHECK(map != MAP_FAILED);
+            TB_CHECK(mprotect(map + span, (size_t)page, PROT_NONE) == 0);
+            unsigned char *data = map + span - bytes; /* the last weight byte is the page's last */
+            memcpy(data, q.data, bytes);
+            tb_quant_weight w = q.m.q;
+            w.data = data;
+            const int64_t row_bytes = tb_llm_qact_row_bytes(q.m.format, k);
+            float *x = tb_test_guarded_alloc(m * k);
+            fill(x, m * k, 1.0f);
+            float *act = tb_test_guarded_alloc((m * row_bytes + 3) / 4);
+            float *y = tb_test_guarded_alloc(m * n), *y_ref = malloc(sizeof(float) * (size_t)(m * n));
+            for (int64_t i = 0; i < m; i++)
+                fast->prepare(q.m.format, x + i * k, k, (unsigned char *)act + i * row_bytes);
+            for (int64_t mm = 1; mm <= m; mm++) {
+                tb_llm_qrun run = {.w = &w, .m = mm, .act = (const unsigned char *)act, .act_row_bytes = row_bytes,
+                                   .y = y_ref, .y_row_stride = n, .bias = q.m.bias};
+                tb_llm_qkernels_ref.rows(&run, 0, n);
+                run.y = y;
+                fast->rows(&run, 0, n);
+                if (fast->batch_rows)
+                    fast->batch_rows(&run, n - 1, n); /* a single last row */
+                bool ok = true;
+                for (int64_t i = 0; i < mm * n; i++)
+                    ok &= close_rel(y[i], y_ref[i], 2e-5f);
+                TB_CHECK_MSG(ok, "%s bounds %s k=%lld m=%lld", fast->name, format ? "int4" : "int8", (long long)k,
+                             (long long)mm);
+            }
+            TB_CHECK(tb_test_guard_ok(x, m * k) && tb_test_guard_ok(act, (m * row_bytes + 3) / 4) &&
+                     tb_test_guard_ok(y, m * n));
+            tb_test_guarded_free(x);
+            tb_test_guarded_free(act);
+            tb_test_guarded_free(y);
+            free(y_ref);
+            munmap(map, span + (size_t)page);
+            free_qmatrix(&q);
+        }
+}
+
+static void test_qmatmul(void) {
+    const tb_llm_qkernels *active = tb_llm_qkernels_active();
+#ifdef TB_HAVE_X86
+    /* the AVX2 kernels also run (and are checked) on AVX-512 machines, bit for bit against the reference */
+    const tb_llm_qkernels *avx2 = tb_isa_supported(TB_ISA_AVX2) ? &tb_llm_qkernels_avx2 : NULL;
+    if (tb_isa_active() == TB_ISA_AVX2)
+        TB_CHECK_MSG(active == avx2, "AVX2 CPUs run the AVX2 int8-activation kernels");
+#else
+    const tb_llm_qkernels *avx2 = NULL;
+#endif
+    test_qmatmul_with(active, active && active == avx2);
+    if (avx2 && active != avx2)
+        test_qmatmul_with(avx2, true);
+    if (avx2)
+        test_qmatmul_bounds(avx2);
+    if (active && active != avx2)
+        test_qmatmul_bounds(active);
+    test_qmatmul_bounds(&tb_llm_qkernels_ref);
 }
 
 static void test_int4_quantizer(void) {

@@ -10,6 +10,7 @@
 #include "llm/llm_batch_internal.h"
 #include "tb_test.h"
 #include "torchburn/alloc.h"
+#include "torchburn/cpu.h"
 #include "torchburn/llm_batch.h"
 #include "torchburn/safetensors.h"
 #include "torchburn/thread_pool.h"
@@ -27,62 +28,67 @@ static float uniform(void) { /* [-1, 1) */
 /* ---- the batched rows kernel equals the single-row one bit for bit ---- */
 
 static void test_batch_rows(void) {
+    const tb_llm_qkernels *kernels[3] = {tb_llm_qkernels_active(), NULL, NULL};
+    int count = kernels[0] && kernels[0]->batch_rows ? 1 : 0;
+    if (count == 0)
+        printf("llm_batch: no int8-activation kernels here; the batch kernel is not used\n");
 #ifdef TB_HAVE_X86
-    if (tb_llm_qkernels_active() != &tb_llm_qkernels_avx512vnni) {
-        printf("llm_batch: no AVX-512 VNNI; the batch kernel is not used here\n");
-        return;
-    }
-    const int64_t ks[] = {64, 96, 128, 256, 320, 896};
-    const int64_t groups[] = {32, 64, 128};
-    for (int format = 0; format < 2; format++)
-        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
-            for (size_t gi = 0; gi < (format == 0 ? 3u : 1u); gi++) {
-                const int64_t n = 37, k = ks[ki], group = groups[gi];
-                if (format == 0 && k % group != 0)
-                    continue;
-                const tb_llm_quant quant = format == 0 ? TB_LLM_QUANT_INT4 : TB_LLM_QUANT_INT8;
-                float *w = malloc(sizeof(float) * (size_t)(n * k)), *bias = malloc(sizeof(float) * (size_t)n);
-                for (int64_t i = 0; i < n * k; i++)
-                    w[i] = uniform() * 0.5f;
-                for (int64_t i = 0; i < n; i++)
-                    bias[i] = uniform();
-                void *data = malloc((size_t)(quant == TB_LLM_QUANT_INT8 ? n * k : n * k / 2) + 64);
-                float *scales = malloc(sizeof(float) * (size_t)(quant == TB_LLM_QUANT_INT8 ? n : n * k / group));
-                llm_matrix m = {.n = n, .k = k, .format = quant, .has_bias = true, .bias = bias};
-                TB_CHECK((quant == TB_LLM_QUANT_INT8 ? tb_quantize_int8(w, n, k, data, scales)
-                                                     : tb_llm_quantize_int4(w, n, k, group, data, scales)) == TB_OK);
-                TB_CHECK(tb_llm_matrix_bind(&m, data, scales, group) == TB_OK);
-                for (int64_t rows = 1; rows <= 9; rows += 2) {
-                    float *x = malloc(sizeof(float) * (size_t)(rows * k));
-                    float *batched = malloc(sizeof(float) * (size_t)(rows * n));
-                    float *single = malloc(sizeof(float) * (size_t)(rows * n));
-                    for (int64_t i = 0; i < rows * k; i++)
-                        x[i] = uniform() * (i % 7 == 0 ? 8.0f : 1.0f);
-                    const int64_t row_bytes = tb_llm_qact_row_bytes(quant, k);
-                    unsigned char *act = NULL;
-                    TB_CHECK(tb_alloc((size_t)(rows * row_bytes), TB_ALLOC_DEFAULT, (void **)&act) == TB_OK);
-                    for (int64_t r = 0; r < rows; r++) {
-                        tb_llm_qkernels_avx512vnni.prepare(quant, x + r * k, k, act + r * row_bytes);
-                        TB_CHECK(tb_llm_qmatmul(&tb_llm_qkernels_avx512vnni, &m, x + r * k, k, 1, single + r * n) ==
-                                 TB_OK);
-                    }
-                    tb_llm_qrun run = {.w = &m.q, .m = rows, .act = act, .act_row_bytes = row_bytes, .y = batched,
-                                       .y_row_stride = n, .bias = bias};
-                    tb_llm_batch_rows_avx512vnni(&run, 0, n);
-                    TB_CHECK_MSG(memcmp(batched, single, sizeof(float) * (size_t)(rows * n)) == 0,
-                                 "%s k=%lld group=%lld rows=%lld: batched rows differ from single rows",
-                                 format == 0 ? "int4" : "int8", (long long)k, (long long)group, (long long)rows);
-                    tb_free(act);
-                    free(x);
-                    free(batched);
-                    free(single);
-                }
-                free(w);
-                free(bias);
-                free(data);
-                free(scales);
-            }
+    if (tb_isa_supported(TB_ISA_AVX2) && kernels[0] != &tb_llm_qkernels_avx2)
+        kernels[count++] = &tb_llm_qkernels_avx2; /* checked on AVX-512 machines too */
 #endif
+    for (int which = 0; which < count; which++) {
+        const tb_llm_qkernels *q = kernels[which];
+        const int64_t ks[] = {64, 96, 128, 256, 320, 896};
+        const int64_t groups[] = {32, 64, 128};
+        for (int format = 0; format < 2; format++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                for (size_t gi = 0; gi < (format == 0 ? 3u : 1u); gi++) {
+                    const int64_t n = 37, k = ks[ki], group = groups[gi];
+                    if (format == 0 && k % group != 0)
+                        continue;
+                    const tb_llm_quant quant = format == 0 ? TB_LLM_QUANT_INT4 : TB_LLM_QUANT_INT8;
+                    float *w = malloc(sizeof(float) * (size_t)(n * k)), *bias = malloc(sizeof(float) * (size_t)n);
+                    for (int64_t i = 0; i < n * k; i++)
+                        w[i] = uniform() * 0.5f;
+                    for (int64_t i = 0; i < n; i++)
+                        bias[i] = uniform();
+                    void *data = malloc((size_t)(quant == TB_LLM_QUANT_INT8 ? n * k : n * k / 2) + 64);
+                    float *scales = malloc(sizeof(float) * (size_t)(quant == TB_LLM_QUANT_INT8 ? n : n * k / group));
+                    llm_matrix m = {.n = n, .k = k, .format = quant, .has_bias = true, .bias = bias};
+                    TB_CHECK((quant == TB_LLM_QUANT_INT8 ? tb_quantize_int8(w, n, k, data, scales)
+                                                         : tb_llm_quantize_int4(w, n, k, group, data, scales)) == TB_OK);
+                    TB_CHECK(tb_llm_matrix_bind(&m, data, scales, group) == TB_OK);
+                    for (int64_t rows = 1; rows <= 9; rows += 2) {
+                        float *x = malloc(sizeof(float) * (size_t)(rows * k));
+                        float *batched = malloc(sizeof(float) * (size_t)(rows * n));
+                        float *single = malloc(sizeof(float) * (size_t)(rows * n));
+                        for (int64_t i = 0; i < rows * k; i++)
+                            x[i] = uniform() * (i % 7 == 0 ? 8.0f : 1.0f);
+                        const int64_t row_bytes = tb_llm_qact_row_bytes(quant, k);
+                        unsigned char *act = NULL;
+                        TB_CHECK(tb_alloc((size_t)(rows * row_bytes), TB_ALLOC_DEFAULT, (void **)&act) == TB_OK);
+                        for (int64_t r = 0; r < rows; r++) {
+                            q->prepare(quant, x + r * k, k, act + r * row_bytes);
+                            TB_CHECK(tb_llm_qmatmul(q, &m, x + r * k, k, 1, single + r * n) == TB_OK);
+                        }
+                        tb_llm_qrun run = {.w = &m.q, .m = rows, .act = act, .act_row_bytes = row_bytes, .y = batched,
+                                           .y_row_stride = n, .bias = bias};
+                        for (int64_t begin = 0; begin < n; begin += 8) /* ranges as the step splits them */
+                            q->batch_rows(&run, begin, begin + 8 < n ? begin + 8 : n);
+                        TB_CHECK_MSG(memcmp(batched, single, sizeof(float) * (size_t)(rows * n)) == 0,
+                                     "%s %s k=%lld group=%lld rows=%lld: batched rows differ from single rows", q->name,
+                                     format == 0 ? "int4" : "int8", (long long)k, (long long)group, (long long)rows);
+                        tb_free(act);
+                        free(x);
+                        free(batched);
+                        free(single);
+                    }
+                    free(w);
+                    free(bias);
+                    free(data);
+                    free(scales);
+                }
+    }
 }
 
 /* ---- a tiny model folder ---- */

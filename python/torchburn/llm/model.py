@@ -180,8 +180,8 @@ class LLM:
             quiet: no progress bar or messages.
             kv_cache_dtype: ``"float32"`` or ``"float16"``.
             exact_activations: int4/int8 weights normally multiply activations quantized to int8 in
-                blocks of 32 (like llama.cpp's Q8_0) on CPUs with AVX-512 VNNI; True keeps activations
-                in f32 everywhere (exact W4A32/W8A32, slower).
+                blocks of 32 (like llama.cpp's Q8_0) on CPUs with AVX-512 VNNI or AVX2; True keeps
+                activations in f32 everywhere (exact W4A32/W8A32, slower).
         """
         start = time.perf_counter()
         if quant not in QUANTS:

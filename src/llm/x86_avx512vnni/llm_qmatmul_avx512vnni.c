@@ -343,4 +343,5 @@ const tb_llm_qkernels tb_llm_qkernels_avx512vnni = {.name = "avx512vnni",
                                                     .rows = rows_avx512vnni,
                                                     .gemm_xt_bytes = tb_llm_gemm_xt_bytes_avx512vnni,
                                                     .gemm_prepare = tb_llm_gemm_prepare_avx512vnni,
-                                                    .gemm_rows = tb_llm_gemm_rows_avx512vnni};
+                                                    .gemm_rows = tb_llm_gemm_rows_avx512vnni,
+                                                    .batch_rows = tb_llm_batch_rows_avx512vnni};
