@@ -527,7 +527,14 @@ def interrupted_after(delay, call):
 def test_ctrl_c_stops_a_long_prefill_between_layers(wide_model_dir):
     code = _INTERRUPT_CHILD + f"""
 llm = LLM.from_pretrained({str(wide_model_dir)!r}, quant="int8", quiet=True, max_seq_len=8192)
-prompt = [5 + i % 250 for i in range(4096)]
+# a prompt of whole 256-token chunks long enough to take ~1.5 s here (1,024..4,096 tokens): a sanitized
+# build or a CPU without int8 dot products prefills many times slower than an optimized one
+start = time.perf_counter()
+llm.generate_tokens([5 + i % 250 for i in range(256)], max_tokens=1, temperature=0.0)
+per_chunk = time.perf_counter() - start
+llm.reset()
+chunks = max(4, min(16, int(1.5 / max(per_chunk, 1e-6))))
+prompt = [5 + i % 250 for i in range(256 * chunks)]
 start = time.perf_counter()
 llm.generate_tokens(prompt, max_tokens=1, temperature=0.0)
 full = time.perf_counter() - start
