@@ -5,7 +5,7 @@
 # runs, so each run starts from what the last one found); crashes to build-fuzz/artifacts/. A failure
 # prints the sanitizer's report. Exits non-zero on the first finding.
 #   usage: tools/fuzz.sh [SECONDS]
-#   env: TB_FUZZ_JOBS (build jobs, default 2), CC (default clang), TB_FUZZ_MERGE=1 (after fuzzing, merge
+#   env: TB_FUZZ_JOBS (build jobs, default 2), TB_FUZZ_PARALLEL (harnesses fuzzed at once, default: cores), CC (default clang), TB_FUZZ_MERGE=1 (after fuzzing, merge
 #        the inputs that add coverage into the committed corpus fuzz/corpus/<harness>/, for review and commit)
 set -euo pipefail
 
@@ -37,10 +37,6 @@ for harness in "${harnesses[@]}"; do
     seeds="$root/fuzz/corpus/$harness"
     work="$build/corpus/$harness"
     mkdir -p "$work" "$seeds"
-    dict_option=()
-    dict="$root/fuzz/${harness#fuzz_}.dict"
-    [[ -f "$dict" ]] && dict_option=(-dict="$dict")
-
     echo "== $harness: replaying $(find "$seeds" -type f | wc -l) seed and $(find "$work" -type f | wc -l) grown inputs"
     if compgen -G "$seeds/*" >/dev/null || compgen -G "$work/*" >/dev/null; then
         log="$build/$harness.replay.log"
@@ -55,27 +51,52 @@ for harness in "${harnesses[@]}"; do
             exit 1
         fi
     fi
+done
 
-    if [[ "$seconds" -le 0 ]]; then
-        continue
-    fi
-    echo "== $harness: fuzzing for ${seconds}s"
-    log="$build/$harness.log"
-    set +e
+# Fuzzing proper: up to TB_FUZZ_PARALLEL harnesses at once (default: the number of cores; each libFuzzer
+# process uses one), so a 2-core CI machine fuzzes two harnesses in the wall time of one.
+fuzz_one() {
+    local harness="$1" work="$build/corpus/$1" seeds="$root/fuzz/corpus/$1" dict="$root/fuzz/${1#fuzz_}.dict"
+    local dict_option=()
+    [[ -f "$dict" ]] && dict_option=(-dict="$dict")
     "$build/$harness" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$build/artifacts/$harness-" -print_final_stats=1 "${dict_option[@]}" "$work" "$seeds" \
-        >"$log" 2>&1
-    status=$?
-    set -e
-    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|DONE" "$log" || true
+        >"$build/$harness.log" 2>&1
+}
+report_one() {
+    local harness="$1" status="$2"
+    echo "== $harness: fuzzed for ${seconds}s"
+    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|DONE" "$build/$harness.log" || true
     if [[ $status -ne 0 ]]; then
-        tail -n 80 "$log" >&2
+        tail -n 80 "$build/$harness.log" >&2
         echo "fuzz.sh: $harness found a problem (exit $status); inputs in $build/artifacts/" >&2
-        exit 1
+        return 1
     fi
     if [[ "${TB_FUZZ_MERGE:-0}" == "1" ]]; then
-        "$build/$harness" -merge=1 -timeout=10 "$seeds" "$work" >"$build/$harness.merge.log" 2>&1
-        echo "== $harness: committed corpus now $(find "$seeds" -type f | wc -l) inputs (git status fuzz/corpus)"
+        "$build/$harness" -merge=1 -timeout=10 "$root/fuzz/corpus/$harness" "$build/corpus/$harness" \
+            >"$build/$harness.merge.log" 2>&1
+        echo "== $harness: committed corpus now $(find "$root/fuzz/corpus/$harness" -type f | wc -l) inputs (git status fuzz/corpus)"
     fi
-done
+}
+if [[ "$seconds" -gt 0 ]]; then
+    parallel="${TB_FUZZ_PARALLEL:-$(nproc 2>/dev/null || echo 1)}"
+    echo "== fuzzing ${#harnesses[@]} harnesses for ${seconds}s each, $parallel at a time"
+    failed=0
+    for ((first = 0; first < ${#harnesses[@]}; first += parallel)); do
+        batch=("${harnesses[@]:first:parallel}")
+        pids=()
+        for harness in "${batch[@]}"; do
+            fuzz_one "$harness" &
+            pids+=($!)
+        done
+        for i in "${!batch[@]}"; do
+            set +e
+            wait "${pids[$i]}"
+            status=$?
+            set -e
+            report_one "${batch[$i]}" "$status" || failed=1
+        done
+        [[ $failed -eq 0 ]] || exit 1
+    done
+fi
 echo "fuzz.sh: all harnesses replayed their corpus and ran ${seconds}s without findings"

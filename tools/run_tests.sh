@@ -85,4 +85,4 @@ if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
 fi
 
 echo "== Python tests"
-python3 -m pytest -q -p no:cacheprovider tests/python
+python3 -m pytest -q -p no:cacheprovider --durations=25 tests/python
