@@ -43,4 +43,18 @@ void tb_conv_gemm_run(const tb_conv_gemm *plan, const float *packed_weight, cons
                       const float *x, int64_t col_begin, int64_t col_end, float *scratch, float *y, int64_t ldy,
                       const float *bias, tb_activation activation, const float *residual);
 
+/* Columns [col_begin, col_end) of the batch's concatenated output columns (image n's output column j
+ * is n * spatial + j), for planes too small to fill the micro-kernel's NR-wide panels one image at a
+ * time (a 7x7 plane is 49 columns: two 32-wide panels, 23% padding). x: image 0's group input planes,
+ * images x_image_stride floats apart; y / residual: image 0's output row 0 of the group, images
+ * y_image_stride apart, rows `spatial` apart. scratch: tb_conv_gemm_images_scratch_floats(plan) floats
+ * (64-byte aligned); c: tb_conv_gemm_images_c_floats(plan) floats, where C is accumulated before it is
+ * copied to each image's planes and the epilogue applied there. Same sums as tb_conv_gemm_run. */
+int64_t tb_conv_gemm_images_scratch_floats(const tb_conv_gemm *plan);
+int64_t tb_conv_gemm_images_c_floats(const tb_conv_gemm *plan);
+void tb_conv_gemm_run_images(const tb_conv_gemm *plan, const float *packed_weight, const tb_window_geometry *g,
+                             const float *x, int64_t x_image_stride, int64_t spatial, int64_t col_begin,
+                             int64_t col_end, float *scratch, float *c, float *y, int64_t y_image_stride,
+                             const float *bias, tb_activation activation, const float *residual);
+
 #endif

@@ -32,6 +32,7 @@ typedef struct conv_job {
     const float *packed_weight;  /* groups x tb_conv_gemm_weight_floats */
     int64_t tile, tiles;         /* output columns per task; tasks per (image, group) */
     int64_t m_rows, m_parts;     /* packed path: output channels per task (whole register tiles), parts */
+    bool images;                 /* packed path: columns of all images concatenated (tiles over N * OH * OW) */
     tb_nn_failure failure;
 } conv_job;
 
@@ -65,6 +66,41 @@ static void conv_packed_tasks(void *context, int64_t begin, int64_t end, int thr
                          job->bias ? job->bias + g * s->out_per_group + row0 : NULL, job->activation,
                          job->residual ? job->residual + offset : NULL);
     }
+}
+
+/* Tasks are (column tile of the batch's concatenated columns, output-channel part); one group. */
+static void conv_images_tasks(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    conv_job *job = context;
+    const tb_conv_shape *s = job->s;
+    int64_t spatial = s->out_h * s->out_w, columns = s->batch * spatial;
+    float *scratch = tb_ops_scratch(0, tb_conv_gemm_images_scratch_floats(&job->plan));
+    float *c = tb_ops_scratch(1, tb_conv_gemm_images_c_floats(&job->plan));
+    if (!scratch || !c) {
+        tb_nn_fail(&job->failure, TB_ERR_OUT_OF_MEMORY);
+        return;
+    }
+    for (int64_t task = begin; task < end; task++) {
+        int64_t part = task % job->m_parts, tile = task / job->m_parts;
+        int64_t c0 = tile * job->tile, c1 = c0 + job->tile < columns ? c0 + job->tile : columns;
+        int64_t row0 = part * job->m_rows;
+        tb_conv_gemm plan = job->plan;
+        plan.m = s->out_channels - row0 < job->m_rows ? s->out_channels - row0 : job->m_rows;
+        plan.m_panels = (plan.m + plan.mr - 1) / plan.mr;
+        tb_conv_gemm_run_images(&plan, job->packed_weight + row0 * s->k, &s->geometry, job->x,
+                                s->in_channels * s->in_h * s->in_w, spatial, c0, c1, scratch, c,
+                                job->y + row0 * spatial, s->out_channels * spatial,
+                                job->bias ? job->bias + row0 : NULL, job->activation,
+                                job->residual ? job->residual + row0 * spatial : NULL);
+    }
+}
+
+/* Whether the packed path should concatenate the images' columns: a batch whose planes leave more than
+ * an eighth of each image's last NR-wide panel empty (late-stage 7x7 and 14x14 planes). */
+static bool concatenate_images(const tb_conv_shape *s, int nr) {
+    int64_t spatial = s->out_h * s->out_w;
+    int64_t padded = (spatial + nr - 1) / nr * nr;
+    return s->batch > 1 && s->groups == 1 && (padded - spatial) * 8 > spatial;
 }
 
 /* Tasks are (image, group, slot range) of the direct path. */
@@ -182,13 +218,15 @@ static tb_status conv_run(conv_job *job) {
     const tb_window_geometry *g = &s->geometry;
     bool pointwise = s->kernel_h == 1 && s->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
                      g->pad_top == 0 && g->pad_left == 0 && s->out_h == s->in_h && s->out_w == s->in_w;
-    if (pointwise)
+    const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
+    /* 1x1 planes too small for the GEMM's panels take the packed path's concatenated columns */
+    tb_conv_gemm_init(&job->plan, tb_isa_active(), s->out_per_group, s->k);
+    if (pointwise && !concatenate_images(s, job->plan.nr))
         return conv_pointwise(job);
     atomic_init(&job->failure.status, TB_OK);
-    const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
     /* The direct path needs rows of a stride it handles and pays per output row: rows narrower
      * than most of a vector go through im2col panels, which pack several rows into one tile. */
-    bool direct = kernels->conv_direct && g->stride_w <= kernels->conv_direct_max_stride &&
+    bool direct = !pointwise && kernels->conv_direct && g->stride_w <= kernels->conv_direct_max_stride &&
                   s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS &&
                   s->out_w >= kernels->conv_direct_lanes * 3 / 4 && !(s->groups > 1 && s->in_per_group == 1);
     if (direct) {
@@ -223,6 +261,23 @@ static tb_status conv_run(conv_job *job) {
         tb_conv_gemm_init(&job->plan, tb_isa_active(), s->out_per_group, s->k);
         tb_tensor packed = {0};
         TB_TRY(pack_weights(job, &packed));
+        if (concatenate_images(s, job->plan.nr)) {
+            /* one task per thread over whole panels of the concatenated columns, so each streams the
+             * weight once; output channels split too when the panels are fewer than the threads */
+            int64_t threads = tb_num_threads(), panels = (s->batch * spatial + job->plan.nr - 1) / job->plan.nr;
+            int64_t tasks = panels < threads ? panels : threads;
+            job->tile = (panels + tasks - 1) / tasks * job->plan.nr;
+            job->tiles = (s->batch * spatial + job->tile - 1) / job->tile;
+            int64_t parts = job->tiles >= threads ? 1 : (threads + job->tiles - 1) / job->tiles;
+            if (parts > job->plan.m_panels)
+                parts = job->plan.m_panels;
+            job->m_rows = (job->plan.m_panels + parts - 1) / parts * job->plan.mr;
+            job->m_parts = (s->out_channels + job->m_rows - 1) / job->m_rows;
+            tb_parallel_for(job->tiles * job->m_parts, 1, conv_images_tasks, job);
+            tb_tensor_release(&packed);
+            tb_status failed = (tb_status)atomic_load(&job->failure.status);
+            return failed == TB_OK ? TB_OK : tb_error_set(failed, "conv2d: out of memory for im2col scratch");
+        }
         choose_tiles(s, spatial, CONV_MIN_TILE, job->plan.nr, &job->tile, &job->tiles);
         /* few column tasks (batch 1, small late-stage planes): also split the output channels, so every
          * thread works and each streams only its part of the weight */

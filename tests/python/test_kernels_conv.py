@@ -52,3 +52,37 @@ def test_conv_under_forced_small_k_blocks():
     finally:
         _C.gemm_set_blocking(0, 0, 0)
     torch.testing.assert_close(got, F.conv2d(x, w, None, 1, 1), rtol=1e-4, atol=1e-4)
+
+
+# Late-stage planes of a batch concatenate their columns into shared GEMM panels (ops_conv.c,
+# concatenate_images): panels that straddle images, 1x1 stride-1 convolutions routed there, a single
+# panel split over output channels, channels that are not whole register tiles, the fused epilogue.
+@pytest.mark.parametrize("shape", [  # (batch, c_in, c_out, size, kernel, stride, padding)
+    (3, 64, 100, 7, 3, 1, 1),
+    (5, 48, 70, 5, 3, 1, 1),
+    (3, 256, 96, 7, 1, 1, 0),
+    (4, 40, 30, 9, 1, 1, 0),
+    (2, 32, 64, 4, 3, 1, 1),   # 32 columns in all: one panel, output channels split over threads
+    (3, 32, 29, 14, 3, 2, 1),
+], ids=lambda s: "x".join(map(str, s)))
+def test_conv_concatenated_images(shape):
+    batch, cin, cout, size, kernel, stride, padding = shape
+    g = torch.Generator().manual_seed(batch * 100 + cin)
+    x = torch.randn(batch, cin, size, size, generator=g)
+    w = torch.randn(cout, cin, kernel, kernel, generator=g) / (cin * kernel * kernel) ** 0.5
+    bias = torch.randn(cout, generator=g)
+    scale, shift = torch.rand(cout, generator=g) + 0.5, torch.randn(cout, generator=g)
+    conv = F.conv2d(x.double(), w.double(), bias.double(), stride, padding)
+    residual = torch.randn(conv.shape, generator=g)
+    expected = torch.relu(conv * scale.double()[:, None, None] + shift.double()[:, None, None]) + residual.double()
+    got = nn_ops.conv2d_fused(x, w, bias, stride, padding, scale=scale, shift=shift, activation="relu",
+                              residual=residual)
+    torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-4)
+    plain = nn_ops.conv2d(x, w, None, stride, padding)
+    torch.testing.assert_close(plain, F.conv2d(x, w, None, stride, padding), rtol=1e-4, atol=1e-4)
+    try:
+        _C.gemm_set_blocking(0, 40, 0)  # short k blocks: the concatenated C accumulates over several
+        blocked = nn_ops.conv2d(x, w, None, stride, padding)
+    finally:
+        _C.gemm_set_blocking(0, 0, 0)
+    torch.testing.assert_close(blocked, F.conv2d(x, w, None, stride, padding), rtol=1e-4, atol=1e-4)
