@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "llm/llm_internal.h"
+#include "llm/llm_row_blocks.h"
 
 #define TB_INLINE static inline __attribute__((always_inline))
 
@@ -223,7 +224,8 @@ TB_INLINE void int8_tile(const uint8_t *const *rows, const unsigned char *act, i
 }
 
 static void dots_for(const tb_quant_weight *w, const uint8_t *const *rows, const float *const *scales,
-                     const unsigned char *act, int64_t ld_act, int64_t mb, float dots[MB][NR]) {
+                     const unsigned char *act, int64_t ld_act, int64_t mb, float *flat_dots) {
+    float(*dots)[NR] = (float(*)[NR])flat_dots;
 #define TILE(MBV)                                                                                      \
     do {                                                                                               \
         if (w->type == TB_QUANT_INT8)                                                                  \
@@ -247,30 +249,7 @@ static void rows_avx2(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
         row_vector_avx2(run, n_begin, n_end);
         return;
     }
-    const tb_quant_weight *w = run->w;
-    const bool int4 = w->type == TB_QUANT_INT4;
-    for (int64_t n = n_begin; n < n_end; n += NR) {
-        const int64_t nr = n_end - n < NR ? n_end - n : NR;
-        const uint8_t *rows[NR];
-        const float *scales[NR];
-        for (int r = 0; r < NR; r++) { /* a short block repeats its last row; those results are dropped */
-            const int64_t row = n + (r < nr ? r : nr - 1);
-            rows[r] = (const uint8_t *)w->data + row * w->row_bytes;
-            scales[r] = w->scales + row * w->scales_per_row;
-        }
-        for (int64_t m = 0; m < run->m; m += MB) {
-            const int64_t mb = run->m - m < MB ? run->m - m : MB;
-            float dots[MB][NR];
-            dots_for(w, rows, scales, run->act + m * run->act_row_bytes, run->act_row_bytes, mb, dots);
-            for (int64_t i = 0; i < mb; i++)
-                for (int64_t r = 0; r < nr; r++) {
-                    float value = dots[i][r];
-                    if (!int4)
-                        value *= scales[r][0];
-                    run->y[(m + i) * run->y_row_stride + n + r] = value + (run->bias ? run->bias[n + r] : 0.0f);
-                }
-        }
-    }
+    tb_llm_row_blocks(run, n_begin, n_end, NR, MB, dots_for);
 }
 
 const tb_llm_qkernels tb_llm_qkernels_avx2 = {.name = "avx2",

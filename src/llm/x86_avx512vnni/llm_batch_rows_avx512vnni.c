@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "llm/llm_batch_internal.h"
+#include "llm/llm_row_blocks.h"
 #include "llm/x86_avx512vnni/llm_qmatmul_avx512vnni.h"
 
 enum { NR = 2, MB = 4 };
@@ -127,7 +128,8 @@ TB_INLINE void int8_tile(const uint8_t *const *rows, const unsigned char *act, i
 }
 
 static void dots_for(const tb_quant_weight *w, const uint8_t *const *rows, const float *const *scales,
-                     const unsigned char *act, int64_t ld_act, int64_t mb, float dots[MB][NR]) {
+                     const unsigned char *act, int64_t ld_act, int64_t mb, float *flat_dots) {
+    float(*dots)[NR] = (float(*)[NR])flat_dots;
 #define TILE(MBV)                                                                                      \
     do {                                                                                               \
         if (w->type == TB_QUANT_INT8)                                                                  \
@@ -149,26 +151,5 @@ static void dots_for(const tb_quant_weight *w, const uint8_t *const *rows, const
 }
 
 void tb_llm_batch_rows_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
-    const tb_quant_weight *w = run->w;
-    const bool int4 = w->type == TB_QUANT_INT4;
-    for (int64_t n = n_begin; n < n_end; n += NR) {
-        const int64_t nr = n_end - n < NR ? n_end - n : NR;
-        const uint8_t *rows[NR];
-        const float *scales[NR];
-        for (int r = 0; r < NR; r++) { /* a short block repeats its last row; those results are dropped */
-            const int64_t row = n + (r < nr ? r : nr - 1);
-            rows[r] = (const uint8_t *)w->data + row * w->row_bytes;
-            scales[r] = w->scales + row * w->scales_per_row;
-        }
-        for (int64_t m = 0; m < run->m; m += MB) {
-            const int64_t mb = run->m - m < MB ? run->m - m : MB;
-            float dots[MB][NR];
-            dots_for(w, rows, scales, run->act + m * run->act_row_bytes, run->act_row_bytes, mb, dots);
-            for (int64_t i = 0; i < mb; i++)
-                for (int64_t r = 0; r < nr; r++) {
-                    const float value = int4 ? dots[i][r] : dots[i][r] * scales[r][0];
-                    run->y[(m + i) * run->y_row_stride + n + r] = value + (run->bias ? run->bias[n + r] : 0.0f);
-                }
-        }
-    }
+    tb_llm_row_blocks(run, n_begin, n_end, NR, MB, dots_for);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "llm/llm_internal.h"
+#include "llm/llm_row_blocks.h"
 #include "llm/x86_avx512vnni/llm_qmatmul_avx512vnni.h"
 
 /* Decode streams weights from DRAM; with ~10 instructions per 64-byte line the out-of-order window alone
@@ -228,37 +229,21 @@ static void row_vector_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64
     }
 }
 
+static void dots_avx512vnni(const tb_quant_weight *w, const uint8_t *const *rows, const float *const *scales,
+                            const unsigned char *act, int64_t ld_act, int64_t mb, float *flat_dots) {
+    float(*dots)[NR] = (float(*)[NR])flat_dots;
+    if (w->type == TB_QUANT_INT4)
+        int4_dots_avx512vnni(rows, scales, act, ld_act, mb, w->k, w->group_size, dots);
+    else
+        int8_dots_avx512vnni(rows, act, ld_act, mb, w->k, dots);
+}
+
 static void rows_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
     if (run->m == 1) {
         row_vector_avx512vnni(run, n_begin, n_end);
         return;
     }
-    const tb_quant_weight *w = run->w;
-    const bool int4 = w->type == TB_QUANT_INT4;
-    for (int64_t n = n_begin; n < n_end; n += NR) {
-        const int64_t nr = n_end - n < NR ? n_end - n : NR;
-        const uint8_t *rows[NR];
-        const float *scales[NR];
-        for (int r = 0; r < NR; r++) { /* a short block repeats its last row; those results are dropped */
-            const int64_t row = n + (r < nr ? r : nr - 1);
-            rows[r] = (const uint8_t *)w->data + row * w->row_bytes;
-            scales[r] = w->scales + row * w->scales_per_row;
-        }
-        for (int64_t m = 0; m < run->m; m += MB) {
-            const int64_t mb = run->m - m < MB ? run->m - m : MB;
-            const unsigned char *act = run->act + m * run->act_row_bytes;
-            float dots[MB][NR];
-            if (int4)
-                int4_dots_avx512vnni(rows, scales, act, run->act_row_bytes, mb, w->k, w->group_size, dots);
-            else
-                int8_dots_avx512vnni(rows, act, run->act_row_bytes, mb, w->k, dots);
-            for (int64_t i = 0; i < mb; i++)
-                for (int64_t r = 0; r < nr; r++) {
-                    const float value = int4 ? dots[i][r] : dots[i][r] * scales[r][0];
-                    run->y[(m + i) * run->y_row_stride + n + r] = value + (run->bias ? run->bias[n + r] : 0.0f);
-                }
-        }
-    }
+    tb_llm_row_blocks(run, n_begin, n_end, NR, MB, dots_avx512vnni);
 }
 
 /* ---- activation preparation (bit-identical to tb_llm_qact_prepare_block) ---- */
