@@ -42,6 +42,7 @@ int64_t tb_conv_gemm_scratch_floats(const tb_conv_gemm *plan) {
 typedef struct pack_job {
     const tb_conv_gemm *plan;
     const float *w;
+    const float *row_scale;
     float *packed;
 } pack_job;
 
@@ -59,13 +60,17 @@ static void pack_panels(void *context, int64_t begin, int64_t end, int thread_in
             uk->pack_a(src, plan->k, 1, rows, plan->k, dst);
         else
             tb_gemm_pack_a_portable(src, plan->k, 1, rows, plan->k, plan->mr, dst);
+        if (job->row_scale) /* the panel is hot: w * scale here rather than a pass over the whole weight */
+            for (int64_t p = 0; p < plan->k; p++)
+                for (int i = 0; i < rows; i++)
+                    dst[p * plan->mr + i] *= job->row_scale[row0 + i];
     }
 }
 
 /* Panels over the thread pool when the weight is large (a ResNet stage-4 weight is 9 MiB, packed
  * on every call), inline otherwise or inside a parallel region. */
-void tb_conv_gemm_pack_weight(const tb_conv_gemm *plan, const float *w, float *packed) {
-    pack_job job = {.plan = plan, .w = w, .packed = packed};
+void tb_conv_gemm_pack_weight(const tb_conv_gemm *plan, const float *w, const float *row_scale, float *packed) {
+    pack_job job = {.plan = plan, .w = w, .row_scale = row_scale, .packed = packed};
     int64_t floats = plan->m_panels * plan->mr * plan->k;
     if (floats >= (1 << 18) && !tb_in_parallel_region())
         tb_parallel_for(plan->m_panels, 1, pack_panels, &job);
@@ -210,13 +215,13 @@ void tb_conv_gemm_run_images(const tb_conv_gemm *plan, const float *packed_weigh
     }
 }
 
-void tb_conv_direct_pack(int64_t m, int64_t k, int max_rows, const float *w, float *packed) {
+void tb_conv_direct_pack(int64_t m, int64_t k, int max_rows, const float *w, const float *row_scale, float *packed) {
     for (int p = 0; p < tb_conv_direct_panels(m, max_rows); p++) {
         int64_t row0;
         int rows = tb_conv_direct_panel_rows(m, max_rows, p, &row0);
         float *panel = packed + row0 * k;
         for (int64_t q = 0; q < k; q++)
             for (int i = 0; i < rows; i++)
-                panel[q * rows + i] = w[(row0 + i) * k + q];
+                panel[q * rows + i] = row_scale ? w[(row0 + i) * k + q] * row_scale[row0 + i] : w[(row0 + i) * k + q];
     }
 }

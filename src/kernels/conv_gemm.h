@@ -32,8 +32,10 @@ void tb_conv_gemm_init(tb_conv_gemm *plan, tb_isa isa, int64_t m, int64_t k);
 int64_t tb_conv_gemm_weight_floats(const tb_conv_gemm *plan);
 int64_t tb_conv_gemm_scratch_floats(const tb_conv_gemm *plan);
 
-/* Packs one group's weights w[m, k] (row-major) into `packed` (tb_conv_gemm_weight_floats floats). */
-void tb_conv_gemm_pack_weight(const tb_conv_gemm *plan, const float *w, float *packed);
+/* Packs one group's weights w[m, k] (row-major) into `packed` (tb_conv_gemm_weight_floats floats), each
+ * row multiplied by row_scale[row] when row_scale is non-NULL (a folded eval BatchNorm: the same single
+ * f32 product per weight as folding first). */
+void tb_conv_gemm_pack_weight(const tb_conv_gemm *plan, const float *w, const float *row_scale, float *packed);
 
 /* Computes output columns [col_begin, col_end) of one image and group. x: the group's input planes
  * (g->channels of them); y: output row 0 of the group (row stride ldy, columns contiguous); bias: the

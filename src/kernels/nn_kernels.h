@@ -163,7 +163,7 @@ static inline int tb_conv_direct_panel_rows(int64_t m, int max_rows, int p, int6
 
 /* Packs w[m, k] (row-major) into m * k floats: panel p (rows [row0, row0 + rows)) at row0 * k,
  * k-major within the panel: packed[row0 * k + q * rows + i] = w[row0 + i, q]. */
-void tb_conv_direct_pack(int64_t m, int64_t k, int max_rows, const float *w, float *packed);
+void tb_conv_direct_pack(int64_t m, int64_t k, int max_rows, const float *w, const float *row_scale, float *packed);
 
 /* Per-ISA versions of the hot helpers: the SIMD im2col and plane convolution handle stride-1 rows and
  * fall back to the reference for other strides; the SIMD max pooling handles any window up to 32

@@ -21,7 +21,8 @@ static const int activation_unary[TB_ACTIVATION_COUNT] = {
 typedef struct conv_job {
     const tb_conv_shape *s;
     const float *x;        /* [N, C_in, H, W] */
-    const float *w;        /* [C_out, K], scale folded in */
+    const float *w;        /* [C_out, K]; scale folded in unless row_scale is set */
+    const float *row_scale; /* [C_out] applied while the weights are packed, or NULL */
     const float *bias;     /* [C_out] (bias * scale + shift) or NULL */
     const float *residual; /* [N, C_out, OH, OW] or NULL */
     float *y;              /* [N, C_out, OH, OW] */
@@ -205,9 +206,29 @@ static tb_status pack_weights(conv_job *job, tb_tensor *packed) {
     TB_TRY(tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, packed));
     float *out = tb_tensor_data(packed);
     for (int64_t g = 0; g < s->groups; g++)
-        tb_conv_gemm_pack_weight(&job->plan, job->w + g * s->out_per_group * s->k, out + g * per_group);
+        tb_conv_gemm_pack_weight(&job->plan, job->w + g * s->out_per_group * s->k,
+                                 job->row_scale ? job->row_scale + g * s->out_per_group : NULL, out + g * per_group);
     job->packed_weight = out;
     return TB_OK;
+}
+
+/* 1x1, stride 1, no padding: the input planes are a GEMM's B as they are. */
+static bool is_pointwise(const tb_conv_shape *s) {
+    const tb_window_geometry *g = &s->geometry;
+    return s->kernel_h == 1 && s->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_top == 0 &&
+           g->pad_left == 0 && s->out_h == s->in_h && s->out_w == s->in_w;
+}
+
+/* Whether conv_run packs the weights (direct or packed path), so that a BN scale can be applied while
+ * packing; the batched-GEMM 1x1 path and the one-channel-per-group planes read the weights as they are. */
+static bool packs_weights(const tb_conv_shape *s) {
+    if (s->groups > 1 && s->in_per_group == 1)
+        return false;
+    if (!is_pointwise(s))
+        return true;
+    tb_conv_gemm plan;
+    tb_conv_gemm_init(&plan, tb_isa_active(), s->out_per_group, s->k);
+    return concatenate_images(s, plan.nr);
 }
 
 static tb_status conv_run(conv_job *job) {
@@ -216,8 +237,7 @@ static tb_status conv_run(conv_job *job) {
     if (s->batch == 0 || s->out_channels == 0 || spatial == 0)
         return TB_OK;
     const tb_window_geometry *g = &s->geometry;
-    bool pointwise = s->kernel_h == 1 && s->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
-                     g->pad_top == 0 && g->pad_left == 0 && s->out_h == s->in_h && s->out_w == s->in_w;
+    bool pointwise = is_pointwise(s);
     const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
     /* 1x1 planes too small for the GEMM's panels take the packed path's concatenated columns */
     tb_conv_gemm_init(&job->plan, tb_isa_active(), s->out_per_group, s->k);
@@ -248,6 +268,7 @@ static tb_status conv_run(conv_job *job) {
         int64_t per_group = s->out_per_group * s->k;
         for (int64_t grp = 0; grp < s->groups; grp++)
             tb_conv_direct_pack(s->out_per_group, s->k, kernels->conv_direct_rows, job->w + grp * per_group,
+                                job->row_scale ? job->row_scale + grp * s->out_per_group : NULL,
                                 out + grp * per_group);
         job->packed_weight = out;
         choose_tiles(s, job->slots, CONV_MIN_SLOTS, 2, &job->tile, &job->tiles); /* a register tile is two slots */
@@ -296,13 +317,14 @@ static tb_status conv_run(conv_job *job) {
     return TB_OK;
 }
 
-/* weight * scale per output row and (bias * scale + shift), into fresh f32 tensors. */
+/* (bias * scale + shift) into a fresh f32 tensor, and weight * scale per output row when fold_weights
+ * (else *folded_weight is the weight itself and the scale is applied while packing). */
 static tb_status fold_epilogue(const tb_tensor *weight, const tb_tensor *bias, const tb_tensor *scale,
-                               const tb_tensor *shift, int64_t out_channels, int64_t k, tb_tensor *folded_weight,
-                               tb_tensor *folded_bias) {
+                               const tb_tensor *shift, int64_t out_channels, int64_t k, bool fold_weights,
+                               tb_tensor *folded_weight, tb_tensor *folded_bias) {
     const float *w = tb_tensor_data(weight);
     const float *b = tb_nn_data(bias), *sc = tb_nn_data(scale), *sh = tb_nn_data(shift);
-    if (sc) {
+    if (sc && fold_weights) {
         int64_t shape[2] = {out_channels, k};
         TB_TRY(tb_tensor_empty(TB_F32, 2, shape, TB_ALLOC_DEFAULT, folded_weight));
         float *fw = tb_tensor_data(folded_weight);
@@ -358,7 +380,8 @@ tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, 
     if (status == TB_OK && epilogue)
         status = tb_nn_stage_vector(epilogue->shift, s.out_channels, "conv2d: shift", &t[SHIFT]);
     if (status == TB_OK)
-        status = fold_epilogue(&t[W], &t[BIAS], &t[SCALE], &t[SHIFT], s.out_channels, s.k, &t[FOLDED_W], &t[FOLDED_B]);
+        status = fold_epilogue(&t[W], &t[BIAS], &t[SCALE], &t[SHIFT], s.out_channels, s.k, !packs_weights(&s),
+                               &t[FOLDED_W], &t[FOLDED_B]);
     int64_t shape[4] = {s.batch, s.out_channels, s.out_h, s.out_w};
     if (status == TB_OK && epilogue && epilogue->residual) {
         /* the residual broadcasts against the caller's (possibly unbatched) output shape */
@@ -370,6 +393,7 @@ tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, 
     if (status == TB_OK) {
         conv_job job = {
             .s = &s, .x = tb_tensor_data(&t[X]), .w = tb_tensor_data(&t[FOLDED_W]), .bias = tb_nn_data(&t[FOLDED_B]),
+            .row_scale = packs_weights(&s) ? tb_nn_data(&t[SCALE]) : NULL,
             .residual = tb_nn_data(&t[RESIDUAL]), .y = tb_tensor_data(&t[RESULT]), .activation = (tb_activation)activation,
         };
         status = conv_run(&job);

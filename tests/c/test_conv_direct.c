@@ -80,7 +80,7 @@ static void test_direct(tb_isa isa) {
             tb_test_fill_uniform(w, m * k, -1.0f, 1.0f, 400 + (uint64_t)(ci * 16 + mi));
             tb_test_fill_uniform(bias, m, -1.0f, 1.0f, 500 + (uint64_t)mi);
             tb_test_fill_uniform(residual, m * spatial, -1.0f, 1.0f, 600 + (uint64_t)ci);
-            tb_conv_direct_pack(m, k, kernels->conv_direct_rows, w, packed);
+            tb_conv_direct_pack(m, k, kernels->conv_direct_rows, w, NULL, packed);
             TB_CHECK(tb_test_guard_ok(packed, m * k > 0 ? m * k : 1));
             tb_conv_direct_args args = {
                 .g = &g, .x = x, .packed = packed, .m = m, .bias = fused ? bias : NULL,

@@ -300,7 +300,7 @@ static void test_conv_gemm(void) {
             /* the B panel scratch must be 64-byte aligned (the micro-kernels use aligned loads) */
             float *packed = tb_test_guarded_alloc(packed_count), *scratch_base = tb_test_guarded_alloc(scratch_count + 16);
             float *scratch = (float *)(((uintptr_t)scratch_base + 63) & ~(uintptr_t)63);
-            tb_conv_gemm_pack_weight(&plan, w, packed);
+            tb_conv_gemm_pack_weight(&plan, w, NULL, packed);
             /* two column ranges, as two tasks would split the plane */
             int64_t split = spatial / 3;
             tb_conv_gemm_run(&plan, packed, &g, x, 0, split, scratch, y, spatial, bias, TB_ACTIVATION_NONE, residual);
