@@ -46,24 +46,48 @@ typedef struct pack_job {
     float *packed;
 } pack_job;
 
+enum { PACK_CHUNK = 256, PACK_MAX_MR = 16 };
+
+/* rows x kc of a row-major matrix (row stride lda) into one k-major A panel (the ISA's transposing
+ * packer where there is one: about memory speed). */
+static void pack_rows(const tb_conv_gemm *plan, const float *src, int64_t lda, int rows, int64_t kc, float *dst) {
+    const tb_gemm_microkernel *uk = plan->microkernel;
+    if (uk->pack_a)
+        uk->pack_a(src, lda, 1, rows, kc, dst);
+    else
+        tb_gemm_pack_a_portable(src, lda, 1, rows, kc, plan->mr, dst);
+}
+
 static void pack_panels(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     const pack_job *job = context;
     const tb_conv_gemm *plan = job->plan;
-    const tb_gemm_microkernel *uk = plan->microkernel;
     for (int64_t panel = begin; panel < end; panel++) {
         int64_t row0 = panel * plan->mr;
         int rows = (int)(plan->m - row0 < plan->mr ? plan->m - row0 : plan->mr);
         const float *src = job->w + row0 * plan->k;
         float *dst = job->packed + row0 * plan->k;
-        if (uk->pack_a) /* the ISA's transposing packer: about memory speed */
-            uk->pack_a(src, plan->k, 1, rows, plan->k, dst);
-        else
-            tb_gemm_pack_a_portable(src, plan->k, 1, rows, plan->k, plan->mr, dst);
-        if (job->row_scale) /* the panel is hot: w * scale here rather than a pass over the whole weight */
-            for (int64_t p = 0; p < plan->k; p++)
+        if (!job->row_scale || plan->mr > PACK_MAX_MR) { /* every micro-kernel's MR is <= 16 (14, 6, 4) */
+            pack_rows(plan, src, plan->k, rows, plan->k, dst);
+            for (int64_t p = 0; job->row_scale && p < plan->k; p++)
                 for (int i = 0; i < rows; i++)
                     dst[p * plan->mr + i] *= job->row_scale[row0 + i];
+            continue;
+        }
+        /* w * scale a k chunk at a time into a small row-major buffer (in L1), packed from there: the
+         * same products as folding the whole weight first, without a pass over it in memory */
+        float folded[PACK_MAX_MR * PACK_CHUNK];
+        for (int64_t p0 = 0; p0 < plan->k; p0 += PACK_CHUNK) {
+            int64_t kcur = plan->k - p0 < PACK_CHUNK ? plan->k - p0 : PACK_CHUNK;
+            for (int i = 0; i < rows; i++) {
+                const float scale = job->row_scale[row0 + i];
+                const float *restrict from = src + i * plan->k + p0;
+                float *restrict to = folded + i * PACK_CHUNK;
+                for (int64_t q = 0; q < kcur; q++)
+                    to[q] = from[q] * scale;
+            }
+            pack_rows(plan, folded, PACK_CHUNK, rows, kcur, dst + p0 * plan->mr);
+        }
     }
 }
 
