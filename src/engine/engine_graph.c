@@ -416,7 +416,8 @@ tb_status tb_engine_program_run(const tb_engine_program *p, void *const *inputs,
     const tb_engine *engine = p->engine;
     tb_engine_buffer **buffers = calloc((size_t)p->nbuffers + 1, sizeof *buffers);
     tb_engine_op *ops = malloc(sizeof *ops * (size_t)(p->nops + 1));
-    tb_status status = (buffers && ops) ? TB_OK : tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    tb_engine_download *downloads = malloc(sizeof *downloads * (size_t)(p->noutputs + 1));
+    tb_status status = (buffers && ops && downloads) ? TB_OK : tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
     for (int i = 0; status == TB_OK && i < p->nbuffers; i++)
         status = engine->buffer_alloc(p->buffer_bytes[i], &buffers[i]);
     for (int i = 0; status == TB_OK && i < p->ninputs; i++)
@@ -443,13 +444,16 @@ tb_status tb_engine_program_run(const tb_engine_program *p, void *const *inputs,
             ops[i].c = po->c >= 0 ? buffers[po->c] : NULL;
             ops[i].y = buffers[po->y];
         }
-        status = engine->run(ops, p->nops);
+        for (int o = 0; o < p->noutputs; o++)
+            downloads[o] = (tb_engine_download){.buffer = buffers[p->output_buffers[o]], .bytes = p->output_bytes[o],
+                                                .dst = outputs[o]};
+        /* inputs, ops and outputs: one submission on an engine that batches */
+        status = tb_engine_run_download(engine, ops, p->nops, downloads, p->noutputs);
     }
-    for (int o = 0; status == TB_OK && o < p->noutputs; o++)
-        status = engine->buffer_download(buffers[p->output_buffers[o]], 0, outputs[o], p->output_bytes[o]);
     for (int i = 0; buffers && i < p->nbuffers; i++)
         engine->buffer_free(buffers[i]);
     free(buffers);
     free(ops);
+    free(downloads);
     return status;
 }

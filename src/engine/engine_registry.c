@@ -145,6 +145,16 @@ tb_status tb_engine_active(const tb_engine **out) {
     return tb_error_prefix(TB_ERR_UNSUPPORTED, "%s asks for a GPU, but there is none usable", source);
 }
 
+tb_status tb_engine_run_download(const tb_engine *engine, const tb_engine_op *ops, int count,
+                                 const tb_engine_download *downloads, int ndownloads) {
+    if (engine->run_download)
+        return engine->run_download(ops, count, downloads, ndownloads);
+    TB_TRY(engine->run(ops, count));
+    for (int i = 0; i < ndownloads; i++)
+        TB_TRY(engine->buffer_download(downloads[i].buffer, downloads[i].offset, downloads[i].dst, downloads[i].bytes));
+    return TB_OK;
+}
+
 tb_status tb_engine_check_op(const tb_engine *engine, const tb_engine_op *op) {
     tb_status status = tb_engine_op_validate(engine, op);
     if (status != TB_OK)
@@ -190,7 +200,7 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         break;
     case TB_ENGINE_OP_MATMUL:
         *a_bytes = (size_t)(op->m * op->k) * f;
-        *b_bytes = (size_t)(op->k * op->n) * f;
+        *b_bytes = (size_t)(op->k * op->n) * (op->b_format != TB_ENGINE_WEIGHT_F32 ? 2 : f);
         *c_bytes = op->c ? (size_t)op->n * f : 0;
         *y_bytes = output_extent(op);
         break;
@@ -316,6 +326,9 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
                                 (long long)op->n, (long long)op->k);
         if (op->y == op->a || op->y == op->b || (op->c && op->y == op->c))
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "matmul op: the output must not alias an input");
+        if (op->b_format < TB_ENGINE_WEIGHT_F32 || op->b_format > TB_ENGINE_WEIGHT_F16)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "matmul op: b_format %d is not 0 (f32), 1 (bf16) or 2 (f16)",
+                                op->b_format);
         TB_TRY(validate_output_block(op));
         break;
     case TB_ENGINE_OP_SOFTMAX:

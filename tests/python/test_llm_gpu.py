@@ -143,7 +143,8 @@ def test_gpu_modes_match_cpu(models, need_gpu, mode, family, quant):
         assert np.abs(got - want).max() <= bound, (np.abs(got - want).max(), bound)
         assert dev.generate_tokens(ids, max_tokens=NEW_TOKENS, temperature=0.0, stop_token_ids=[]) == expected
         if "staging" in mode:
-            assert gpu.gpu_info()["transfers"] > info["transfers"]
+            after = gpu.gpu_info()  # every copy went through the staging buffer, mostly inside runs
+            assert after["batched_copies"] > info["batched_copies"]
         del dev
 
 

@@ -4,15 +4,18 @@
 #include "engine/vulkan/spirv_shaders.h"
 
 extern const uint32_t tb_spirv_binary[2235];
-extern const uint32_t tb_spirv_gemv[1761];
-extern const uint32_t tb_spirv_gemv_subgroup[1791];
+extern const uint32_t tb_spirv_gemv[1824];
+extern const uint32_t tb_spirv_gemv_subgroup[1854];
+extern const uint32_t tb_spirv_gemv_w16[1941];
+extern const uint32_t tb_spirv_gemv_w16_subgroup[1971];
 extern const uint32_t tb_spirv_layer_norm[1502];
 extern const uint32_t tb_spirv_layer_norm_subgroup[1532];
 extern const uint32_t tb_spirv_llm_attention[3016];
 extern const uint32_t tb_spirv_llm_attention_subgroup[3154];
 extern const uint32_t tb_spirv_llm_rope[2377];
 extern const uint32_t tb_spirv_llm_rope_subgroup[2407];
-extern const uint32_t tb_spirv_matmul[2598];
+extern const uint32_t tb_spirv_matmul[2679];
+extern const uint32_t tb_spirv_matmul_w16[2796];
 extern const uint32_t tb_spirv_qmatmul[2035];
 extern const uint32_t tb_spirv_qmatmul_subgroup[2061];
 extern const uint32_t tb_spirv_rms_norm[1234];
@@ -26,6 +29,8 @@ const tb_spirv_shader tb_spirv_shaders[] = {
     {"binary", tb_spirv_binary, sizeof tb_spirv_binary},
     {"gemv", tb_spirv_gemv, sizeof tb_spirv_gemv},
     {"gemv_subgroup", tb_spirv_gemv_subgroup, sizeof tb_spirv_gemv_subgroup},
+    {"gemv_w16", tb_spirv_gemv_w16, sizeof tb_spirv_gemv_w16},
+    {"gemv_w16_subgroup", tb_spirv_gemv_w16_subgroup, sizeof tb_spirv_gemv_w16_subgroup},
     {"layer_norm", tb_spirv_layer_norm, sizeof tb_spirv_layer_norm},
     {"layer_norm_subgroup", tb_spirv_layer_norm_subgroup, sizeof tb_spirv_layer_norm_subgroup},
     {"llm_attention", tb_spirv_llm_attention, sizeof tb_spirv_llm_attention},
@@ -33,6 +38,7 @@ const tb_spirv_shader tb_spirv_shaders[] = {
     {"llm_rope", tb_spirv_llm_rope, sizeof tb_spirv_llm_rope},
     {"llm_rope_subgroup", tb_spirv_llm_rope_subgroup, sizeof tb_spirv_llm_rope_subgroup},
     {"matmul", tb_spirv_matmul, sizeof tb_spirv_matmul},
+    {"matmul_w16", tb_spirv_matmul_w16, sizeof tb_spirv_matmul_w16},
     {"qmatmul", tb_spirv_qmatmul, sizeof tb_spirv_qmatmul},
     {"qmatmul_subgroup", tb_spirv_qmatmul_subgroup, sizeof tb_spirv_qmatmul_subgroup},
     {"rms_norm", tb_spirv_rms_norm, sizeof tb_spirv_rms_norm},

@@ -1,0 +1,134 @@
+"""Command-buffer batching in the Vulkan engine's staging mode (device-local buffers: a discrete GPU's
+VRAM, forced on lavapipe with TORCHBURN_VULKAN_FORCE_STAGING=1): the uploads of a compiled plan or an
+LLM step ride in the same submit as its compute work and its results come back in it too, so each plan
+call and each decode step is exactly one vkQueueSubmit (`submits` + 1, `transfers` + 0), and the
+results still equal the oracle (eager PyTorch, native_cpu).
+
+The counters are the engine's own (gpu_info: `submits` counts runs, `transfers` submits of copies
+alone, `batched_copies` the copies recorded inside runs). Skips only without any Vulkan device and
+TORCHBURN_TEST_REQUIRE_VULKAN unset (CI sets it).
+"""
+from __future__ import annotations
+
+import gc
+import json
+
+import numpy as np
+import pytest
+
+import torchburn.gpu as gpu
+from torchburn import LLM
+from test_engine import run_both, run_python, vulkan, vulkan_settings  # noqa: F401  (fixture)
+from test_llm_gpu import _lavapipe_counts, _private_cache, _prompt, models, need_gpu  # noqa: F401  (fixtures)
+
+
+def _delta(before, after):
+    return {key: after[key] - before[key] for key in ("submits", "transfers", "batched_copies")}
+
+
+def test_engine_run_is_one_submit_with_its_copies(vulkan):
+    """Five arrays up, three ops, the two written arrays down: one submit and no copy submits of their
+    own (before batching: 1 + 7)."""
+    with vulkan_settings(TORCHBURN_VULKAN_FORCE_STAGING="1") as info:
+        assert info["staging"] is True
+        rng = np.random.default_rng(5)
+        a, w = rng.standard_normal((9, 40)).astype(np.float32), rng.standard_normal((24, 40)).astype(np.float32)
+        bias = rng.standard_normal(24).astype(np.float32)
+        ops = [{"kind": "matmul", "m": 9, "n": 24, "k": 40, "trans_b": 1, "a": 0, "b": 1, "c": 2, "y": 3},
+               {"kind": "unary", "op": "silu", "n": 9 * 24, "a": 3, "y": 3},
+               {"kind": "softmax", "rows": 9, "len": 24, "a": 3, "y": 4}]
+        arrays = [a, w, bias, np.full((9, 24), 7, np.float32), np.full((9, 24), 7, np.float32)]
+        mine = [x.copy() for x in arrays]
+        before = gpu.gpu_info()
+        gpu.engine_run("vulkan", ops, mine)
+        assert _delta(before, gpu.gpu_info()) == {"submits": 1, "transfers": 0, "batched_copies": 5 + 2}
+        _, golden = run_both("reference", ops, arrays)
+        np.testing.assert_allclose(mine[3], golden[3], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(mine[4], golden[4], rtol=1e-5, atol=1e-6)
+
+
+def test_uploads_larger_than_the_staging_buffer_still_arrive(vulkan):
+    """An upload beyond the 16 MiB staging buffer goes in chunks of its own (it cannot ride in a run);
+    the queue of small uploads before it is flushed first, so order is kept. Downloads that fit the
+    staging buffer still ride in the run."""
+    with vulkan_settings(TORCHBURN_VULKAN_FORCE_STAGING="1"):
+        rng = np.random.default_rng(6)
+        small = rng.standard_normal(1000).astype(np.float32)
+        big = rng.standard_normal(5_000_000).astype(np.float32)  # 20 MB: two chunks each way
+        out_small, out_big = small.copy(), big.copy()
+        before = gpu.gpu_info()
+        gpu.engine_run("vulkan", [{"kind": "unary", "op": "neg", "n": small.size, "a": 0, "y": 0},
+                                  {"kind": "unary", "op": "neg", "n": big.size, "a": 1, "y": 1}], [out_small, out_big])
+        delta = _delta(before, gpu.gpu_info())
+        # the small array's upload is flushed before the big one's 2 chunks; its download rides in the run
+        assert delta == {"submits": 1, "transfers": 1 + 2 + 2, "batched_copies": 1}, delta
+        assert np.array_equal(out_small, -small) and np.array_equal(out_big, -big)
+
+
+COMPILED = r"""
+import json, torch, torchburn
+torch.manual_seed(0)
+models = {
+    "mlp": (torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 10)), (5, 64)),
+    "norm_softmax": (torch.nn.Sequential(torch.nn.Linear(33, 65), torch.nn.SiLU(), torch.nn.LayerNorm(65),
+                                         torch.nn.Linear(65, 7), torch.nn.LogSoftmax(-1)), (3, 11, 33)),
+}
+keys = ("submits", "transfers", "batched_copies")
+result = {}
+for name, (model, shape) in models.items():
+    model.eval()
+    compiled = torch.compile(model, backend="torchburn")
+    calls = []
+    with torch.no_grad():
+        for call in range(3):
+            x = torch.randn(*shape)
+            before = torchburn.gpu_info()
+            got = compiled(x)
+            after = torchburn.gpu_info()
+            calls.append({"err": float((got - model(x)).abs().max()), "scale": float(model(x).abs().max()),
+                          **{k: after[k] - before[k] for k in keys}})
+    result[name] = calls
+print(json.dumps({"staging": torchburn.gpu_info()["staging"], "result": result}))
+"""
+
+
+def test_compiled_plan_is_one_submit_per_call(vulkan):
+    """Every call of a compiled model on the GPU with staging: its inputs (weights included: they are
+    call inputs in this backend) and its output travel in its one submit."""
+    out = run_python(COMPILED, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_ALLOW_CPU="1",
+                     TORCHBURN_VULKAN_FORCE_STAGING="1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["staging"] is True
+    for name, calls in data["result"].items():
+        for call in calls:
+            assert call["err"] <= 1e-5 * max(1.0, call["scale"]), (name, call)
+            assert call["submits"] == 1 and call["transfers"] == 0, (name, call)
+            assert call["batched_copies"] >= 3, (name, call)  # at least x, a weight and the output
+
+
+@pytest.mark.parametrize("quant", ["none", "int8"])
+def test_llm_decode_step_is_one_submit(models, need_gpu, quant):
+    """With staging, a decode step's embedding and RoPE rows go up and its logits come down inside its
+    one submit; a prompt whose last logits only are wanted takes two (the second for its last row's
+    LM head). Greedy tokens equal native_cpu's."""
+    cpu = LLM.from_pretrained(models["qwen2"], quant=quant, device="cpu", exact_activations=True, quiet=True)
+    ids = _prompt(20)
+    expected = cpu.generate_tokens(ids, max_tokens=6, temperature=0.0, stop_token_ids=[])
+    with vulkan_settings(TORCHBURN_VULKAN_FORCE_STAGING="1") as info:
+        assert info["staging"] is True
+        dev = LLM.from_pretrained(models["qwen2"], quant=quant, device="gpu", quiet=True)
+        dev.logits([16])  # the first run also carries the last of the weights queued by the load
+        before = gpu.gpu_info()
+        logits = np.asarray(dev.logits([17]))  # one token: a decode step's shape
+        assert _delta(before, gpu.gpu_info()) == {"submits": 1, "transfers": 0, "batched_copies": 3}
+        want = np.asarray(cpu.logits([17]))
+        assert np.abs(logits - want).max() <= 1e-4 * float(np.abs(want).max())
+        before = gpu.gpu_info()
+        tokens = dev.generate_tokens(ids, max_tokens=6, temperature=0.0, stop_token_ids=[])
+        delta = _delta(before, gpu.gpu_info())
+        assert tokens == expected
+        # the prompt: 2 submits; then 5 decode steps (the first token comes from the prompt), 1 each
+        assert delta["submits"] == 2 + 5 and delta["transfers"] == 0, delta
+        del dev
+        gc.collect()
