@@ -1,10 +1,11 @@
 /* The LLM forward on a GPU engine (vulkan): tb_llm_model_to_gpu uploads every weight once into engine
- * buffers that stay resident (f32 matrices as they are, int8/int4 ones in the CPU's quantized layout,
- * read by shaders/qmatmul.comp), and sessions of such a model keep their KV cache in engine buffers
+ * buffers that stay resident (f32 matrices as they are, or as bf16/f16 words when every value is one
+ * exactly and the device has 16-bit storage; int8/int4 ones in the CPU's quantized layout, read by
+ * shaders/qmatmul.comp), and sessions of such a model keep their KV cache in engine buffers
  * ([Hkv][capacity][D] f32 per layer, grown by doubling). A chunk of T tokens is one engine run (one
  * command-buffer submit): per layer RMSNorm, qkv projection, q/k norm + RoPE + cache append,
  * attention, o projection + residual, RMSNorm, gate/up, SwiGLU, down + residual; then the final norm
- * and the LM head. The CPU does what is cheap: the embedding rows (uploaded), the RoPE table (the
+ * and the LM head; the chunk's uploads and the logits download ride in that submit (run_download). The CPU does what is cheap: the embedding rows (uploaded), the RoPE table (the
  * same cos/sin values the CPU path uses), and sampling on the downloaded logits. A prompt whose last
  * logits only are wanted takes a second run for the final norm and LM head of its last row.
  *

@@ -11,7 +11,6 @@ identical greedy tokens). Skips only without any Vulkan device and TORCHBURN_TES
 from __future__ import annotations
 
 import gc
-import json
 
 import numpy as np
 import pytest
@@ -20,8 +19,8 @@ import torch
 import torchburn.gpu as gpu
 from torchburn import LLM
 from test_engine import run_both, vulkan, vulkan_settings  # noqa: F401  (fixture)
-from test_llm import TEMPLATES, _config_model, _train_tokenizer
-from test_llm_gpu import _lavapipe_counts, _private_cache, _prompt, need_gpu  # noqa: F401  (fixtures)
+from test_llm import _config_model
+from test_llm_gpu import _lavapipe_counts, _private_cache, _prompt, need_gpu, save_model  # noqa: F401  (fixtures)
 
 FORMATS = {"bf16": (torch.bfloat16, 1), "f16": (torch.float16, 2)}
 
@@ -70,15 +69,7 @@ def checkpoints_16bit(tmp_path_factory):
     dirs = {}
     for index, (family, dtype) in enumerate([("qwen2", torch.bfloat16), ("llama", torch.float16)]):
         torch.manual_seed(99 + index)
-        template, bos, eos = TEMPLATES[family]
-        folder = root / family
-        _config_model(family).to(dtype).save_pretrained(folder)
-        _train_tokenizer(bos).save(str(folder / "tokenizer.json"))
-        config = {"chat_template": template, "eos_token": eos, "model_max_length": 512}
-        if bos is not None:
-            config["bos_token"] = bos
-        (folder / "tokenizer_config.json").write_text(json.dumps(config))
-        dirs[family] = folder
+        dirs[family] = save_model(_config_model(family).to(dtype), family, root / family)
     return dirs
 
 

@@ -5,7 +5,8 @@ call and each decode step is exactly one vkQueueSubmit (`submits` + 1, `transfer
 results still equal the oracle (eager PyTorch, native_cpu).
 
 The counters are the engine's own (gpu_info: `submits` counts runs, `transfers` submits of copies
-alone, `batched_copies` the copies recorded inside runs). Skips only without any Vulkan device and
+alone, `batched_copies` the copies recorded inside runs; test_engine.py's test_forced_staging_copies
+checks a plain engine_run the same way). Skips only without any Vulkan device and
 TORCHBURN_TEST_REQUIRE_VULKAN unset (CI sets it).
 """
 from __future__ import annotations
@@ -18,33 +19,12 @@ import pytest
 
 import torchburn.gpu as gpu
 from torchburn import LLM
-from test_engine import run_both, run_python, vulkan, vulkan_settings  # noqa: F401  (fixture)
+from test_engine import run_python, vulkan, vulkan_settings  # noqa: F401  (fixture)
 from test_llm_gpu import _lavapipe_counts, _private_cache, _prompt, models, need_gpu  # noqa: F401  (fixtures)
 
 
 def _delta(before, after):
     return {key: after[key] - before[key] for key in ("submits", "transfers", "batched_copies")}
-
-
-def test_engine_run_is_one_submit_with_its_copies(vulkan):
-    """Five arrays up, three ops, the two written arrays down: one submit and no copy submits of their
-    own (before batching: 1 + 7)."""
-    with vulkan_settings(TORCHBURN_VULKAN_FORCE_STAGING="1") as info:
-        assert info["staging"] is True
-        rng = np.random.default_rng(5)
-        a, w = rng.standard_normal((9, 40)).astype(np.float32), rng.standard_normal((24, 40)).astype(np.float32)
-        bias = rng.standard_normal(24).astype(np.float32)
-        ops = [{"kind": "matmul", "m": 9, "n": 24, "k": 40, "trans_b": 1, "a": 0, "b": 1, "c": 2, "y": 3},
-               {"kind": "unary", "op": "silu", "n": 9 * 24, "a": 3, "y": 3},
-               {"kind": "softmax", "rows": 9, "len": 24, "a": 3, "y": 4}]
-        arrays = [a, w, bias, np.full((9, 24), 7, np.float32), np.full((9, 24), 7, np.float32)]
-        mine = [x.copy() for x in arrays]
-        before = gpu.gpu_info()
-        gpu.engine_run("vulkan", ops, mine)
-        assert _delta(before, gpu.gpu_info()) == {"submits": 1, "transfers": 0, "batched_copies": 5 + 2}
-        _, golden = run_both("reference", ops, arrays)
-        np.testing.assert_allclose(mine[3], golden[3], rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(mine[4], golden[4], rtol=1e-5, atol=1e-6)
 
 
 def test_uploads_larger_than_the_staging_buffer_still_arrive(vulkan):

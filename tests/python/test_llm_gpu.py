@@ -62,22 +62,25 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHBURN_CACHE_DIR", str(tmp_path / "tbcache"))
 
 
+def save_model(model, family, folder):
+    """A transformers model of `family` with its tokenizer files, loadable by LLM.from_pretrained."""
+    template, bos, eos = TEMPLATES[family]
+    model.save_pretrained(folder)
+    _train_tokenizer(bos).save(str(folder / "tokenizer.json"))
+    config = {"chat_template": template, "eos_token": eos, "model_max_length": 512}
+    if bos is not None:
+        config["bos_token"] = bos
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("llm_gpu_models")
     dirs = {}
     for index, family in enumerate(FAMILIES):
         torch.manual_seed(4321 + index)
-        model = _config_model(family)
-        template, bos, eos = TEMPLATES[family]
-        folder = root / family
-        model.save_pretrained(folder)
-        _train_tokenizer(bos).save(str(folder / "tokenizer.json"))
-        config = {"chat_template": template, "eos_token": eos, "model_max_length": 512}
-        if bos is not None:
-            config["bos_token"] = bos
-        (folder / "tokenizer_config.json").write_text(json.dumps(config))
-        dirs[family] = folder
+        dirs[family] = save_model(_config_model(family), family, root / family)
     return dirs
 
 
