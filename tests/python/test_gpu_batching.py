@@ -119,8 +119,8 @@ def test_llm_decode_step_is_one_submit(models, need_gpu, quant):
 
 # Every staging path of the engine under the Khronos validation layer with synchronization validation
 # (the barriers that lavapipe, running a command buffer in order, cannot show missing): queued uploads
-# in a run, downloads in it, a chunked upload and download, a flush by a plain download, a compiled
-# plan, an LLM prompt, decode steps and a KV-cache growth (download + re-upload of the kept positions).
+# in a run, downloads in it, 16-bit weights, a chunked upload and download, a compiled plan, an LLM
+# prompt, decode steps and a KV-cache growth (download + re-upload of the kept positions).
 SYNC_PATHS = r"""
 import os, numpy as np, torch, torchburn, torchburn.gpu as gpu
 from torchburn import LLM
@@ -131,6 +131,10 @@ ops = [{"kind": "matmul", "m": 9, "n": 24, "k": 40, "trans_b": 1, "a": 0, "b": 1
        {"kind": "unary", "op": "silu", "n": 9 * 24, "a": 2, "y": 2}, {"kind": "softmax", "rows": 9, "len": 24, "a": 2, "y": 3}]
 for _ in range(2):
     gpu.engine_run("vulkan", ops, [a, w, np.zeros((9, 24), np.float32), np.zeros((9, 24), np.float32)])
+if gpu.gpu_info()["storage_16bit"]:  # the *_w16 kernels (the feature enabled at device creation)
+    for m in (1, 9):
+        gpu.engine_run("vulkan", [dict(ops[0], m=m, b_format=1)],
+                       [a[:m].copy(), torch.from_numpy(w).to(torch.bfloat16), np.zeros((m, 24), np.float32)])
 big = rng.standard_normal(5_000_000).astype(np.float32)
 gpu.engine_run("vulkan", [{"kind": "unary", "op": "neg", "n": big.size, "a": 0, "y": 0}], [big])
 model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 10)).eval()
