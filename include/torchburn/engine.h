@@ -45,6 +45,8 @@ typedef enum tb_engine_op_kind {
     TB_ENGINE_OP_LLM_ATTENTION, /* y[T, Hq D] = causal GQA softmax(q k / sqrt(D)) v for q in a = qkv (rows
                                * of llm.stride), keys b, values c as above, over positions [lo, pos] */
     TB_ENGINE_OP_SILU_MUL,    /* a[R, 2L] -> y[R, L]: silu(gate) * up with gate = a[r, :L], up = a[r, L:] */
+    TB_ENGINE_OP_COPY,        /* y[y_col0 + i] = a[a_offset + i], i < n (floats; a != y): a row moved between
+                               * buffers inside a run, e.g. the LLM prompt's last hidden row */
     TB_ENGINE_OP_COUNT
 } tb_engine_op_kind;
 
@@ -87,6 +89,7 @@ typedef struct tb_engine_op {
      * product goes to y[r * y_stride + y_col0 + j] (y_stride 0 means n, then y_col0 must be 0). A weight
      * split by rows across buffers (larger than maxStorageBufferRange) runs as one op per part. */
     int64_t y_stride, y_col0;
+    int64_t a_offset; /* copy: the first float of a that is read */
     tb_engine_buffer *a, *b, *c; /* inputs; NULL when absent (b: weight / matmul B, c: bias) */
     tb_engine_buffer *d;         /* fourth input of the LLM ops (scales, norm weights); NULL otherwise */
     tb_engine_buffer *y;         /* output; may equal a for unary, binary and row ops (in place) */

@@ -35,7 +35,7 @@ const tb_engine *tb_engine_find(const char *name) {
 const char *tb_engine_op_kind_name(tb_engine_op_kind kind) {
     static const char *const names[TB_ENGINE_OP_COUNT] = {"unary",   "binary",         "matmul",        "softmax",
                                                                   "rms_norm", "layer_norm",   "qmatmul",       "llm_rope",
-                                                                  "llm_attention", "silu_mul"};
+                                                                  "llm_attention", "silu_mul", "copy"};
     return (unsigned)kind < TB_ENGINE_OP_COUNT ? names[kind] : "invalid";
 }
 
@@ -235,6 +235,10 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         *a_bytes = (size_t)(op->rows * 2 * op->len) * f;
         *y_bytes = (size_t)(op->rows * op->len) * f;
         break;
+    case TB_ENGINE_OP_COPY:
+        *a_bytes = (size_t)(op->a_offset + op->n) * f;
+        *y_bytes = (size_t)(op->y_col0 + op->n) * f;
+        break;
     default:
         break;
     }
@@ -349,6 +353,13 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
     case TB_ENGINE_OP_LLM_ATTENTION:
     case TB_ENGINE_OP_SILU_MUL:
         TB_TRY(validate_llm(op));
+        break;
+    case TB_ENGINE_OP_COPY:
+        if (op->n < 0 || op->n > limit || op->a_offset < 0 || op->a_offset > limit || op->y_col0 < 0 || op->y_col0 > limit)
+            return tb_error_set(TB_ERR_SHAPE, "copy op: n=%lld a_offset=%lld y_col0=%lld are out of range",
+                                (long long)op->n, (long long)op->a_offset, (long long)op->y_col0);
+        if (op->y == op->a)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "copy op: the output must not be the input buffer");
         break;
     default:
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "engine op: unknown kind %d", (int)op->kind);

@@ -7,7 +7,8 @@
  * attention, o projection + residual, RMSNorm, gate/up, SwiGLU, down + residual; then the final norm
  * and the LM head; the chunk's uploads and the logits download ride in that submit (run_download). The CPU does what is cheap: the embedding rows (uploaded), the RoPE table (the
  * same cos/sin values the CPU path uses), and sampling on the downloaded logits. A prompt whose last
- * logits only are wanted takes a second run for the final norm and LM head of its last row.
+ * logits only are wanted copies its last hidden row (a copy op) and runs the final norm and LM head
+ * on that row alone, in the same run.
  *
  * Device limits: a matrix larger than maxStorageBufferRange is split by rows (output columns) into
  * parts of at most that size, each its own buffers, and its product runs as one op per part writing its
@@ -293,7 +294,7 @@ tb_status tb_llm_gpu_session_new(const tb_llm_model *m, bool kv_f16, tb_llm_gpu_
         s->keys = calloc((size_t)m->n_layers, sizeof *s->keys);
         s->values = calloc((size_t)m->n_layers, sizeof *s->values);
         const tb_llm_gpu_model *g = m->gpu;
-        int64_t capacity = 2 + g->lm_head.parts; /* the final norm and the LM head */
+        int64_t capacity = 3 + g->lm_head.parts; /* the last-row copy, the final norm and the LM head */
         for (int64_t l = 0; l < m->n_layers; l++) {
             const gpu_layer *layer = &g->layers[l];
             capacity += 7 + layer->qkv.parts + layer->o.parts + layer->gate_up.parts + layer->down.parts;
@@ -480,21 +481,17 @@ static tb_status forward_chunk(tb_llm_gpu_session *s, const int32_t *tokens, int
     if (every_row) {
         ops[n++] = rms_norm(s->x, g->final_norm, count, c, m->norm_eps, s->xn);
         n += linear(&g->lm_head, s->xn, count, s->logits, ops + n);
+    } else if (logits) { /* only the last row: copied to a one-row buffer (no offsets in ops), then its head */
+        ops[n++] = (tb_engine_op){.kind = TB_ENGINE_OP_COPY, .n = c, .a_offset = (count - 1) * c, .a = s->x, .y = s->last};
+        ops[n++] = rms_norm(s->last, g->final_norm, 1, c, m->norm_eps, s->xn);
+        n += linear(&g->lm_head, s->xn, 1, s->logits, ops + n);
     }
-    /* the uploads above, the ops and the wanted rows back: one submit (a step; a prompt chunk whose
-     * last row only is wanted brings that row back and takes a second one for the LM head) */
+    /* the uploads above, the ops and the wanted logits back: one submit */
     if (!logits)
         return e->run(ops, n);
     tb_engine_download down = {.buffer = s->logits, .dst = logits,
                                .bytes = (size_t)((all_logits ? count : 1) * m->vocab) * f};
-    if (every_row)
-        return tb_engine_run_download(e, ops, n, &down, 1);
-    tb_engine_download last_row = {.buffer = s->x, .offset = (size_t)((count - 1) * c) * f, .dst = s->host_rows,
-                                   .bytes = (size_t)c * f};
-    TB_TRY(tb_engine_run_download(e, ops, n, &last_row, 1));
-    TB_TRY(e->buffer_upload(s->last, 0, s->host_rows, (size_t)c * f));
-    ops[0] = rms_norm(s->last, g->final_norm, 1, c, m->norm_eps, s->xn);
-    return tb_engine_run_download(e, ops, 1 + linear(&g->lm_head, s->xn, 1, s->logits, ops + 1), &down, 1);
+    return tb_engine_run_download(e, ops, n, &down, 1);
 }
 
 tb_status tb_llm_gpu_forward(tb_llm_gpu_session *s, int64_t length, int64_t max_seq_len, const int32_t *tokens,

@@ -48,6 +48,29 @@ def test_uploads_larger_than_the_staging_buffer_still_arrive(vulkan):
         assert np.array_equal(out_small, -small) and np.array_equal(out_big, -big)
 
 
+def test_copy_op_moves_rows_inside_the_run(vulkan):
+    """The copy op (how the LLM hands its prompt's last row to the LM head): a range of a into y at an
+    offset, between two shaders of the same submit; the CPU engines refuse it."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(40).astype(np.float32)
+    ops = [{"kind": "unary", "op": "neg", "n": 40, "a": 0, "y": 0},
+           {"kind": "copy", "n": 9, "a_offset": 30, "y_col0": 3, "a": 0, "y": 1},
+           {"kind": "unary", "op": "abs", "n": 16, "a": 1, "y": 2}]
+    for staging in ("0", "1"):
+        with vulkan_settings(TORCHBURN_VULKAN_FORCE_STAGING=staging):
+            arrays = [x.copy(), np.full(16, 5, np.float32), np.zeros(16, np.float32)]
+            before = gpu.gpu_info()
+            gpu.engine_run("vulkan", ops, arrays)
+            assert gpu.gpu_info()["submits"] - before["submits"] == 1
+            want = np.full(16, 5, np.float32)
+            want[3:12] = -x[30:39]
+            assert np.array_equal(arrays[1], want) and np.array_equal(arrays[2], np.abs(want))
+    with pytest.raises(Exception, match="op 1"):
+        gpu.engine_run("native_cpu", ops, [x.copy(), np.zeros(16, np.float32), np.zeros(16, np.float32)])
+    with pytest.raises(Exception, match="copy op: operand a needs 164 bytes, its buffer has 160"):
+        gpu.engine_run("vulkan", [dict(ops[1], a_offset=32)], [x.copy(), np.zeros(16, np.float32)])
+
+
 COMPILED = r"""
 import json, torch, torchburn
 torch.manual_seed(0)
@@ -93,8 +116,8 @@ def test_compiled_plan_is_one_submit_per_call(vulkan):
 @pytest.mark.parametrize("quant", ["none", "int8"])
 def test_llm_decode_step_is_one_submit(models, need_gpu, quant):
     """With staging, a decode step's embedding and RoPE rows go up and its logits come down inside its
-    one submit; a prompt whose last logits only are wanted takes two (the second for its last row's
-    LM head). Greedy tokens equal native_cpu's."""
+    one submit; so does a prompt whose last logits only are wanted (its last row is copied on the
+    device for the LM head). Greedy tokens equal native_cpu's."""
     cpu = LLM.from_pretrained(models["qwen2"], quant=quant, device="cpu", exact_activations=True, quiet=True)
     ids = _prompt(20)
     expected = cpu.generate_tokens(ids, max_tokens=6, temperature=0.0, stop_token_ids=[])
@@ -111,8 +134,8 @@ def test_llm_decode_step_is_one_submit(models, need_gpu, quant):
         tokens = dev.generate_tokens(ids, max_tokens=6, temperature=0.0, stop_token_ids=[])
         delta = _delta(before, gpu.gpu_info())
         assert tokens == expected
-        # the prompt: 2 submits; then 5 decode steps (the first token comes from the prompt), 1 each
-        assert delta["submits"] == 2 + 5 and delta["transfers"] == 0, delta
+        # the prompt: 1 submit; then 5 decode steps (the first token comes from the prompt), 1 each
+        assert delta["submits"] == 1 + 5 and delta["transfers"] == 0, delta
         del dev
         gc.collect()
 

@@ -368,6 +368,7 @@ static bool op_is_empty(const tb_engine_op *op) {
     case TB_ENGINE_OP_QMATMUL: return op->m == 0 || op->n == 0;
     case TB_ENGINE_OP_LLM_ROPE:
     case TB_ENGINE_OP_LLM_ATTENTION: return op->llm.tokens == 0;
+    case TB_ENGINE_OP_COPY: return op->n == 0;
     default: return op->rows == 0;
     }
 }
@@ -495,6 +496,20 @@ static void barrier(VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
     tb_vk_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, dst_stage, dst_access);
 }
 
+/* A copy op: vkCmdCopyBuffer after earlier shaders' writes (and reads of y), before later shaders. */
+static void record_copy(const tb_engine_op *op) {
+    const VkAccessFlags shader = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    tb_vk_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, shader, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                  VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    VkBufferCopy region = {.srcOffset = (VkDeviceSize)op->a_offset * sizeof(float),
+                           .dstOffset = (VkDeviceSize)op->y_col0 * sizeof(float),
+                           .size = (VkDeviceSize)op->n * sizeof(float)};
+    tb_vk.CmdCopyBuffer(tb_vk.command_buffer, ((const tb_vk_buffer *)op->a->backend)->buffer,
+                        ((const tb_vk_buffer *)op->y->backend)->buffer, 1, &region);
+    tb_vk_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                  shader);
+}
+
 /* Which downloads go into the run's own submission (staging mode: copies into the staging buffer after
  * the queued uploads, in order while they fit beside those; offsets[i] = NOT_IN_RUN for the others and
  * in mapped mode, where a memcpy after the run reads them). Returns how many are in the run. */
@@ -553,6 +568,10 @@ static tb_status run_locked(const tb_engine_op *ops, int count, const tb_engine_
             for (int i = 0; i < count && status == TB_OK; i++) {
                 if (op_is_empty(&ops[i]))
                     continue;
+                if (ops[i].kind == TB_ENGINE_OP_COPY) { /* a transfer between the shaders around it */
+                    record_copy(&ops[i]);
+                    continue;
+                }
                 if (recorded > 0) /* each op sees the previous ones' writes */
                     barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
                 status = record_op(&ops[i]);
