@@ -5,9 +5,13 @@
 # the LLM rows). On a discrete GPU the engine is in staging mode by itself (device-local buffers,
 # copies through a staging buffer) and uses subgroup reductions where the driver reports them; the
 # tests also run the weight-splitting path (TORCHBURN_VULKAN_MAX_BUFFER_RANGE lowered), the
-# shared-memory fallback (TORCHBURN_VULKAN_NO_SUBGROUP=1) and the partitioner's GPU/CPU split of
-# compiled graphs. Timeouts bound it to 200 + 30 + 180 + 60 s < 8 minutes; output goes to
-# ${OUT:-/tmp/gpu_check}.
+# shared-memory fallback (TORCHBURN_VULKAN_NO_SUBGROUP=1), the partitioner's GPU/CPU split of
+# compiled graphs, one submit per plan call / decode step with the staged copies inside it
+# (test_gpu_batching.py: on a discrete GPU this is the real VRAM path) and bf16/f16 weights kept
+# 16-bit (test_gpu_16bit.py; needs storageBuffer16BitAccess, which NVIDIA reports), and compiled
+# nn.Linear weights split past a lowered maxStorageBufferRange (test_gpu_graph_limits.py). The bench's LLM
+# table has a bf16 row (half the MiB uploaded at load) and transfer submits per token (0 expected).
+# Timeouts bound it to 200 + 30 + 200 + 60 s < 8 minutes; output goes to ${OUT:-/tmp/gpu_check}.
 #
 # Usage: bash tools/gpu_h200_check.sh
 set -uo pipefail
@@ -33,13 +37,15 @@ timeout 200 pip install --no-build-isolation -e ".[test,llm]" >>"$out/build.txt"
 
 log "device as torchburn sees it"
 timeout 30 python -c "import torchburn.gpu as g, json; print(json.dumps(g.gpu_info(), indent=1))" | tee "$out/gpu_info.json"
-log "memory mode and reductions: $(grep -E '"(staging|subgroup_reductions)"' "$out/gpu_info.json" | tr -d ' \n')"
+log "memory mode, reductions, 16-bit storage: $(grep -E '"(staging|subgroup_reductions|storage_16bit)"' "$out/gpu_info.json" | tr -d ' \n')"
 
 log "tests: engine kernels, compiled graphs and the LLM forward on the GPU (split / staging / no-subgroup modes)"
-timeout 180 python -m pytest -q -x tests/python/test_engine.py tests/python/test_llm_gpu.py >"$out/tests.txt" 2>&1
+timeout 200 python -m pytest -q -x tests/python/test_engine.py tests/python/test_llm_gpu.py \
+  tests/python/test_gpu_batching.py tests/python/test_gpu_16bit.py tests/python/test_gpu_graph_limits.py \
+  >"$out/tests.txt" 2>&1
 log "tests rc=$? ($(tail -1 "$out/tests.txt"))"
 
-log "bench gpu (kernels; LLM rows on the small random model)"
+log "bench gpu (kernels; LLM rows on the small random model: none, bf16, int8, int4)"
 timeout 60 python -m torchburn.bench gpu --samples 3 >"$out/bench.txt" 2>&1
 log "bench rc=$?"
 cat "$out/bench.txt"

@@ -45,11 +45,28 @@ typedef enum tb_engine_op_kind {
     TB_ENGINE_OP_LLM_ATTENTION, /* y[T, Hq D] = causal GQA softmax(q k / sqrt(D)) v for q in a = qkv (rows
                                * of llm.stride), keys b, values c as above, over positions [lo, pos] */
     TB_ENGINE_OP_SILU_MUL,    /* a[R, 2L] -> y[R, L]: silu(gate) * up with gate = a[r, :L], up = a[r, L:] */
+    TB_ENGINE_OP_COPY,        /* y[y_col0 + i] = a[a_offset + i], i < n (floats; a != y): a row moved between
+                               * buffers inside a run, e.g. the LLM prompt's last hidden row */
     TB_ENGINE_OP_COUNT
 } tb_engine_op_kind;
 
+/* How a matmul's b operand is stored. The 16-bit words are widened exactly to f32 in the kernel, so a
+ * bf16/f16 weight gives the same products as its f32 widening at half the bytes. */
+typedef enum tb_engine_weight_format {
+    TB_ENGINE_WEIGHT_F32 = 0,
+    TB_ENGINE_WEIGHT_BF16 = 1,
+    TB_ENGINE_WEIGHT_F16 = 2,
+} tb_engine_weight_format;
+
 /* An engine-owned buffer of `bytes` bytes (opaque; each engine extends it). */
 typedef struct tb_engine_buffer tb_engine_buffer;
+
+/* A copy out of an engine buffer into host memory that run_download does after the ops. */
+typedef struct tb_engine_download {
+    const tb_engine_buffer *buffer;
+    size_t offset, bytes;
+    void *dst;
+} tb_engine_download;
 
 typedef struct tb_engine_op {
     tb_engine_op_kind kind;
@@ -59,6 +76,7 @@ typedef struct tb_engine_op {
     int64_t m, k;     /* matmul: M and K (N is `n`) */
     int64_t rows, len; /* softmax and norms: R and L */
     bool trans_b, log;
+    int b_format;     /* matmul: tb_engine_weight_format of b (16-bit: engines with 16-bit storage only) */
     float eps;        /* norms */
     float alpha, lo, hi; /* unary: leaky_relu slope, clamp bounds */
     struct {
@@ -71,6 +89,7 @@ typedef struct tb_engine_op {
      * product goes to y[r * y_stride + y_col0 + j] (y_stride 0 means n, then y_col0 must be 0). A weight
      * split by rows across buffers (larger than maxStorageBufferRange) runs as one op per part. */
     int64_t y_stride, y_col0;
+    int64_t a_offset; /* copy: the first float of a that is read */
     tb_engine_buffer *a, *b, *c; /* inputs; NULL when absent (b: weight / matmul B, c: bias) */
     tb_engine_buffer *d;         /* fourth input of the LLM ops (scales, norm weights); NULL otherwise */
     tb_engine_buffer *y;         /* output; may equal a for unary, binary and row ops (in place) */
@@ -93,10 +112,13 @@ typedef struct tb_engine_device_info {
     uint32_t max_shared_memory_bytes;
     uint32_t subgroup_size;
     bool subgroup_reductions; /* vulkan: the reductions use subgroup operations (else shared memory) */
+    bool storage_16bit;       /* vulkan: storageBuffer16BitAccess is on: matmul takes bf16/f16 b operands */
     int device_index, device_count;
     bool staging;           /* vulkan: buffers in device-local memory, copied through a staging buffer */
     uint64_t submits, dispatches; /* counters since the engine started (batching is visible here) */
-    uint64_t transfers;     /* staging copies submitted (uploads and downloads; 0 without staging) */
+    uint64_t transfers;     /* staging: submissions of copies alone (outside any run; 0 without staging) */
+    uint64_t batched_copies; /* staging: copies recorded into a run's own submission (uploads before its
+                              * ops, downloads after them) */
     uint64_t upload_bytes, download_bytes; /* host <-> engine buffer copies, staged or not */
 } tb_engine_device_info;
 
@@ -111,11 +133,17 @@ typedef struct tb_engine {
     bool (*supports_op)(const tb_engine_op *op);
     tb_status (*buffer_alloc)(size_t bytes, tb_engine_buffer **out);
     void (*buffer_free)(tb_engine_buffer *buffer); /* NULL is a no-op */
+    /* Copies src (the caller may reuse it on return). An engine with device-local memory may defer the
+     * copy into the buffer to its next run (it then goes into that run's submission, before the ops);
+     * every later run, download or synchronize observes it. */
     tb_status (*buffer_upload)(tb_engine_buffer *buffer, size_t offset, const void *src, size_t bytes);
     tb_status (*buffer_download)(const tb_engine_buffer *buffer, size_t offset, void *dst, size_t bytes);
     /* Runs ops[0..count) in order (each sees the previous ones' writes) and returns when all are done.
      * A GPU engine records them into one command buffer and submits once. Errors name the op index. */
     tb_status (*run)(const tb_engine_op *ops, int count);
+    /* Optional (NULL: run, then buffer_download each): run() followed by the downloads, in the same
+     * submission on a GPU engine. Call it through tb_engine_run_download. */
+    tb_status (*run_download)(const tb_engine_op *ops, int count, const tb_engine_download *downloads, int ndownloads);
     /* Waits for outstanding work (run() already waits; kept for engines that queue). */
     tb_status (*synchronize)(void);
 } tb_engine;
@@ -139,6 +167,10 @@ TB_API tb_status tb_engine_active(const tb_engine **out);
 
 /* Convenience: `op` checked against `engine`'s supports_op with a message on refusal. */
 TB_API tb_status tb_engine_check_op(const tb_engine *engine, const tb_engine_op *op);
+
+/* ops[0..count) then the downloads: one submission (queued uploads included) where the engine batches. */
+TB_API tb_status tb_engine_run_download(const tb_engine *engine, const tb_engine_op *ops, int count,
+                                        const tb_engine_download *downloads, int ndownloads);
 
 /* The op kind's name ("unary", "binary", "matmul", "softmax", "rms_norm", "layer_norm"). */
 TB_API const char *tb_engine_op_kind_name(tb_engine_op_kind kind);

@@ -69,9 +69,11 @@ def gpu_info() -> dict[str, Any]:
     ``max_workgroup_invocations``, ``max_shared_memory_bytes``, ``subgroup_size``), ``submits`` and
     ``dispatches`` (counters of the engine's command submissions and kernel launches), ``staging``
     (buffers live in device-local memory and copies go through a staging buffer: discrete GPUs, or
-    ``TORCHBURN_VULKAN_FORCE_STAGING=1``), ``transfers`` (staging copy submissions), ``upload_bytes``
+    ``TORCHBURN_VULKAN_FORCE_STAGING=1``), ``transfers`` (submissions of staging copies alone),
+    ``batched_copies`` (staging copies that rode in a run's own submission), ``upload_bytes``
     and ``download_bytes`` (host <-> device copies), ``subgroup_reductions`` (reductions use subgroup
-    operations; ``TORCHBURN_VULKAN_NO_SUBGROUP=1`` forces the shared-memory ones).
+    operations; ``TORCHBURN_VULKAN_NO_SUBGROUP=1`` forces the shared-memory ones), ``storage_16bit``
+    (bf16/f16 matmul weights stay 16-bit on the device; ``TORCHBURN_VULKAN_NO_16BIT=1`` turns it off).
     """
     raw = _C.engine_info("vulkan")
     available = bool(raw["available"])
@@ -95,6 +97,8 @@ def gpu_info() -> dict[str, Any]:
         "dispatches": raw["dispatches"],
         "staging": bool(raw["staging"]),
         "transfers": raw["transfers"],
+        "batched_copies": raw["batched_copies"],
+        "storage_16bit": bool(raw["storage_16bit"]),
         "upload_bytes": raw["upload_bytes"],
         "download_bytes": raw["download_bytes"],
         "subgroup_reductions": bool(raw["subgroup_reductions"]),

@@ -29,7 +29,10 @@ static void fill_info(tb_engine_device_info *out, const char *isa) {
 static void native_info(tb_engine_device_info *out) { fill_info(out, tb_isa_name(tb_isa_active())); }
 static void reference_info(tb_engine_device_info *out) { fill_info(out, "scalar"); }
 
-static bool cpu_supports(const tb_engine_op *op) { return (unsigned)op->kind < TB_ENGINE_OP_CPU_KINDS; }
+/* 16-bit matmul weights are a GPU storage format: the CPU engines refuse them */
+static bool cpu_supports(const tb_engine_op *op) {
+    return (unsigned)op->kind < TB_ENGINE_OP_CPU_KINDS && op->b_format == TB_ENGINE_WEIGHT_F32;
+}
 
 static tb_status cpu_alloc(const tb_engine *engine, size_t bytes, tb_engine_buffer **out) {
     *out = NULL;

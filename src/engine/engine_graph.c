@@ -7,7 +7,13 @@
  * PERMUTE (an alias whose only use may be a 2-D matmul B in nn.Linear's [N, K] layout), UNARY and
  * BINARY of the kernel-table ops, BINARY_SCALAR (reverse only for commutative ops), MATMUL with a 2-D
  * B, bias, activation and residual, SOFTMAX over the last dim, LAYER_NORM (statistics unused) and
- * RMS_NORM without epilogues. Dead nodes are ignored. */
+ * RMS_NORM without epilogues. Dead nodes are ignored.
+ *
+ * Device limits: a matmul whose [N, K] weight (a graph input, as nn.Linear's parameters are) exceeds
+ * maxStorageBufferRange is split by rows into parts that fit, each its own buffer filled from a slice
+ * of the input, one matmul op per part writing its columns of y; an input read only by such parts is
+ * never made into a buffer. Any other operand over the limit refuses the graph, naming the sizes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +24,13 @@ typedef struct program_fill {
     int buffer;
     float value;
 } program_fill;
+
+/* bytes [offset, offset + bytes) of graph input `input` uploaded into `buffer` at each run: the parts
+ * of a weight split to fit maxStorageBufferRange */
+typedef struct program_slice {
+    int buffer, input;
+    size_t offset, bytes;
+} program_slice;
 
 /* an op whose operands are buffer indices (-1: absent), resolved to buffers at run time */
 typedef struct program_op {
@@ -32,9 +45,11 @@ struct tb_engine_program {
     int ninputs, noutputs;
     int *input_buffers, *output_buffers;
     size_t *input_bytes, *output_bytes;
-    int nops, nfills;
+    int nops, nfills, nslices;
     program_op *ops;
     program_fill *fills;
+    program_slice *slices;
+    bool *buffer_unused; /* no op or output reads it (an input that only split parts use): never made */
 };
 
 typedef struct builder {
@@ -43,6 +58,7 @@ typedef struct builder {
     int *value_buffer; /* per value: its buffer, or -1 */
     bool *live;
     int op_capacity, fill_capacity;
+    uint64_t buffer_range; /* the engine's maxStorageBufferRange (0: no limit) */
 } builder;
 
 static bool contiguous(const tb_value_info *info) {
@@ -78,6 +94,30 @@ static tb_status new_buffer(builder *b, int value) {
     grown[b->p->nbuffers] = (size_t)numel(info_of(b, value)) * sizeof(float);
     b->value_buffer[value] = b->p->nbuffers++;
     return TB_OK;
+}
+
+/* A buffer of `bytes` filled from graph input `input` at `offset` on each run. */
+static tb_status slice_buffer(builder *b, int input, size_t offset, size_t bytes, int *out) {
+    size_t *grown = realloc(b->p->buffer_bytes, sizeof *grown * (size_t)(b->p->nbuffers + 1));
+    if (!grown)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    b->p->buffer_bytes = grown;
+    grown[b->p->nbuffers] = bytes;
+    *out = b->p->nbuffers++;
+    program_slice *slices = realloc(b->p->slices, sizeof *slices * (size_t)(b->p->nslices + 1));
+    if (!slices)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    b->p->slices = slices;
+    slices[b->p->nslices++] = (program_slice){.buffer = *out, .input = input, .offset = offset, .bytes = bytes};
+    return TB_OK;
+}
+
+/* The graph input whose buffer is `buffer`, or -1. */
+static int input_of_buffer(const builder *b, int buffer) {
+    for (int i = 0; i < b->p->ninputs; i++)
+        if (b->p->input_buffers[i] == buffer)
+            return i;
+    return -1;
 }
 
 static tb_status add_op(builder *b, const tb_engine_op *op, int a, int bb, int c, int y) {
@@ -168,7 +208,37 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     if (k == 0)
         rows = numel(out) / (cols > 0 ? cols : 1);
     tb_engine_op op = {.kind = TB_ENGINE_OP_MATMUL, .m = rows, .n = cols, .k = k, .trans_b = trans_b};
-    TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], b->value_buffer[n->inputs[1]], bias, y));
+    const size_t weight_bytes = (size_t)(k * cols) * sizeof(float);
+    if (b->buffer_range && weight_bytes > b->buffer_range && k > 0) {
+        /* Split like the LLM's weights: nn.Linear's [N, K] weight by rows (output columns) into parts
+         * that fit, each uploaded from its slice of the graph input, one matmul per part writing its
+         * columns of y (y_stride = N). Needs the weight (and the bias) to be graph inputs. */
+        const int weight_input = input_of_buffer(b, b->value_buffer[n->inputs[1]]);
+        const int bias_input = bias >= 0 ? input_of_buffer(b, bias) : -1;
+        const int64_t rows_per_part = (int64_t)(b->buffer_range / ((uint64_t)k * sizeof(float)));
+        if (!trans_b || weight_input < 0 || (bias >= 0 && bias_input < 0) || rows_per_part < 1) {
+            char why[160];
+            snprintf(why, sizeof why, "B takes %zu bytes, more than maxStorageBufferRange (%llu), and only an "
+                     "[N, K] graph-input weight whose rows fit is split", weight_bytes, (unsigned long long)b->buffer_range);
+            return refuse(b, index, why);
+        }
+        for (int64_t row0 = 0; row0 < cols; row0 += rows_per_part) {
+            const int64_t part_rows = cols - row0 < rows_per_part ? cols - row0 : rows_per_part;
+            int part_weight, part_bias = -1;
+            TB_TRY(slice_buffer(b, weight_input, (size_t)(row0 * k) * sizeof(float),
+                                (size_t)(part_rows * k) * sizeof(float), &part_weight));
+            if (bias >= 0)
+                TB_TRY(slice_buffer(b, bias_input, (size_t)row0 * sizeof(float), (size_t)part_rows * sizeof(float),
+                                    &part_bias));
+            tb_engine_op part = op;
+            part.n = part_rows;
+            part.y_stride = cols;
+            part.y_col0 = row0;
+            TB_TRY(add_op(b, &part, b->value_buffer[n->inputs[0]], part_weight, part_bias, y));
+        }
+    } else {
+        TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], b->value_buffer[n->inputs[1]], bias, y));
+    }
     if (mp->activation > 0) {
         tb_engine_op act = {.kind = TB_ENGINE_OP_UNARY, .code = activation_codes[mp->activation], .n = numel(out)};
         TB_TRY(add_op(b, &act, y, -1, -1, y));
@@ -308,6 +378,8 @@ void tb_engine_program_free(tb_engine_program *p) {
     free(p->output_bytes);
     free(p->ops);
     free(p->fills);
+    free(p->slices);
+    free(p->buffer_unused);
     free(p);
 }
 
@@ -367,10 +439,33 @@ static tb_status build(builder *b) {
     /* every op must pass the engine's own checks (sizes, device limits) */
     for (int i = 0; i < p->nops; i++) {
         tb_engine_op probe = p->ops[i].op;
-        if (!p->engine->supports_op(&probe))
-            return tb_error_set(TB_ERR_UNSUPPORTED, "engine %s does not take op %d (%s) of the program (device limits)",
-                                p->engine->name, i, tb_engine_op_kind_name(probe.kind));
+        if (!p->engine->supports_op(&probe)) {
+            size_t extent[4];
+            tb_engine_op_extents(&probe, &extent[0], &extent[1], &extent[2], &extent[3]);
+            size_t widest = 0;
+            for (int e = 0; e < 4; e++)
+                widest = extent[e] > widest ? extent[e] : widest;
+            return tb_error_set(TB_ERR_UNSUPPORTED, "engine %s does not take op %d (%s) of the program (device limits: "
+                                "its largest operand takes %zu bytes, maxStorageBufferRange is %llu)",
+                                p->engine->name, i, tb_engine_op_kind_name(probe.kind), widest,
+                                (unsigned long long)b->buffer_range);
+        }
     }
+    p->buffer_unused = calloc((size_t)p->nbuffers + 1, sizeof(bool));
+    if (!p->buffer_unused)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    for (int i = 0; i < p->nbuffers; i++)
+        p->buffer_unused[i] = true;
+    for (int i = 0; i < p->nops; i++) {
+        const int operands[4] = {p->ops[i].a, p->ops[i].b, p->ops[i].c, p->ops[i].y};
+        for (int r = 0; r < 4; r++)
+            if (operands[r] >= 0)
+                p->buffer_unused[operands[r]] = false;
+    }
+    for (int o = 0; o < p->noutputs; o++)
+        p->buffer_unused[p->output_buffers[o]] = false;
+    for (int f = 0; f < p->nfills; f++)
+        p->buffer_unused[p->fills[f].buffer] = false;
     return TB_OK;
 }
 
@@ -386,6 +481,9 @@ tb_status tb_engine_program_build(const tb_engine *engine, const tb_graph *graph
         status = tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
     } else {
         b.p->engine = engine;
+        tb_engine_device_info info;
+        engine->device_info(&info);
+        b.buffer_range = info.max_storage_buffer_range;
         for (int v = 0; v < graph->nvalues; v++)
             b.value_buffer[v] = -1;
         status = build(&b);
@@ -405,7 +503,9 @@ int tb_engine_program_num_ops(const tb_engine_program *program) { return program
 void tb_engine_program_copy_bytes(const tb_engine_program *program, size_t *to_engine, size_t *from_engine) {
     *to_engine = *from_engine = 0;
     for (int i = 0; i < program->ninputs; i++)
-        *to_engine += program->input_bytes[i];
+        *to_engine += program->buffer_unused[program->input_buffers[i]] ? 0 : program->input_bytes[i];
+    for (int s = 0; s < program->nslices; s++)
+        *to_engine += program->slices[s].bytes;
     for (int f = 0; f < program->nfills; f++)
         *to_engine += program->buffer_bytes[program->fills[f].buffer];
     for (int o = 0; o < program->noutputs; o++)
@@ -416,11 +516,17 @@ tb_status tb_engine_program_run(const tb_engine_program *p, void *const *inputs,
     const tb_engine *engine = p->engine;
     tb_engine_buffer **buffers = calloc((size_t)p->nbuffers + 1, sizeof *buffers);
     tb_engine_op *ops = malloc(sizeof *ops * (size_t)(p->nops + 1));
-    tb_status status = (buffers && ops) ? TB_OK : tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    tb_engine_download *downloads = malloc(sizeof *downloads * (size_t)(p->noutputs + 1));
+    tb_status status = (buffers && ops && downloads) ? TB_OK : tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
     for (int i = 0; status == TB_OK && i < p->nbuffers; i++)
-        status = engine->buffer_alloc(p->buffer_bytes[i], &buffers[i]);
+        if (!p->buffer_unused[i])
+            status = engine->buffer_alloc(p->buffer_bytes[i], &buffers[i]);
     for (int i = 0; status == TB_OK && i < p->ninputs; i++)
-        status = engine->buffer_upload(buffers[p->input_buffers[i]], 0, inputs[i], p->input_bytes[i]);
+        if (!p->buffer_unused[p->input_buffers[i]])
+            status = engine->buffer_upload(buffers[p->input_buffers[i]], 0, inputs[i], p->input_bytes[i]);
+    for (int s = 0; status == TB_OK && s < p->nslices; s++)
+        status = engine->buffer_upload(buffers[p->slices[s].buffer], 0, (const char *)inputs[p->slices[s].input] +
+                                       p->slices[s].offset, p->slices[s].bytes);
     for (int f = 0; status == TB_OK && f < p->nfills; f++) {
         tb_engine_buffer *buffer = buffers[p->fills[f].buffer];
         size_t count = buffer->bytes / sizeof(float);
@@ -443,13 +549,16 @@ tb_status tb_engine_program_run(const tb_engine_program *p, void *const *inputs,
             ops[i].c = po->c >= 0 ? buffers[po->c] : NULL;
             ops[i].y = buffers[po->y];
         }
-        status = engine->run(ops, p->nops);
+        for (int o = 0; o < p->noutputs; o++)
+            downloads[o] = (tb_engine_download){.buffer = buffers[p->output_buffers[o]], .bytes = p->output_bytes[o],
+                                                .dst = outputs[o]};
+        /* inputs, ops and outputs: one submission on an engine that batches */
+        status = tb_engine_run_download(engine, ops, p->nops, downloads, p->noutputs);
     }
-    for (int o = 0; status == TB_OK && o < p->noutputs; o++)
-        status = engine->buffer_download(buffers[p->output_buffers[o]], 0, outputs[o], p->output_bytes[o]);
     for (int i = 0; buffers && i < p->nbuffers; i++)
         engine->buffer_free(buffers[i]);
     free(buffers);
     free(ops);
+    free(downloads);
     return status;
 }

@@ -35,7 +35,7 @@ const tb_engine *tb_engine_find(const char *name) {
 const char *tb_engine_op_kind_name(tb_engine_op_kind kind) {
     static const char *const names[TB_ENGINE_OP_COUNT] = {"unary",   "binary",         "matmul",        "softmax",
                                                                   "rms_norm", "layer_norm",   "qmatmul",       "llm_rope",
-                                                                  "llm_attention", "silu_mul"};
+                                                                  "llm_attention", "silu_mul", "copy"};
     return (unsigned)kind < TB_ENGINE_OP_COUNT ? names[kind] : "invalid";
 }
 
@@ -145,6 +145,16 @@ tb_status tb_engine_active(const tb_engine **out) {
     return tb_error_prefix(TB_ERR_UNSUPPORTED, "%s asks for a GPU, but there is none usable", source);
 }
 
+tb_status tb_engine_run_download(const tb_engine *engine, const tb_engine_op *ops, int count,
+                                 const tb_engine_download *downloads, int ndownloads) {
+    if (engine->run_download)
+        return engine->run_download(ops, count, downloads, ndownloads);
+    TB_TRY(engine->run(ops, count));
+    for (int i = 0; i < ndownloads; i++)
+        TB_TRY(engine->buffer_download(downloads[i].buffer, downloads[i].offset, downloads[i].dst, downloads[i].bytes));
+    return TB_OK;
+}
+
 tb_status tb_engine_check_op(const tb_engine *engine, const tb_engine_op *op) {
     tb_status status = tb_engine_op_validate(engine, op);
     if (status != TB_OK)
@@ -190,7 +200,7 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         break;
     case TB_ENGINE_OP_MATMUL:
         *a_bytes = (size_t)(op->m * op->k) * f;
-        *b_bytes = (size_t)(op->k * op->n) * f;
+        *b_bytes = (size_t)(op->k * op->n) * (op->b_format != TB_ENGINE_WEIGHT_F32 ? 2 : f);
         *c_bytes = op->c ? (size_t)op->n * f : 0;
         *y_bytes = output_extent(op);
         break;
@@ -224,6 +234,10 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
     case TB_ENGINE_OP_SILU_MUL:
         *a_bytes = (size_t)(op->rows * 2 * op->len) * f;
         *y_bytes = (size_t)(op->rows * op->len) * f;
+        break;
+    case TB_ENGINE_OP_COPY:
+        *a_bytes = (size_t)(op->a_offset + op->n) * f;
+        *y_bytes = (size_t)(op->y_col0 + op->n) * f;
         break;
     default:
         break;
@@ -316,6 +330,9 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
                                 (long long)op->n, (long long)op->k);
         if (op->y == op->a || op->y == op->b || (op->c && op->y == op->c))
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "matmul op: the output must not alias an input");
+        if (op->b_format < TB_ENGINE_WEIGHT_F32 || op->b_format > TB_ENGINE_WEIGHT_F16)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "matmul op: b_format %d is not 0 (f32), 1 (bf16) or 2 (f16)",
+                                op->b_format);
         TB_TRY(validate_output_block(op));
         break;
     case TB_ENGINE_OP_SOFTMAX:
@@ -336,6 +353,13 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
     case TB_ENGINE_OP_LLM_ATTENTION:
     case TB_ENGINE_OP_SILU_MUL:
         TB_TRY(validate_llm(op));
+        break;
+    case TB_ENGINE_OP_COPY:
+        if (op->n < 0 || op->n > limit || op->a_offset < 0 || op->a_offset > limit || op->y_col0 < 0 || op->y_col0 > limit)
+            return tb_error_set(TB_ERR_SHAPE, "copy op: n=%lld a_offset=%lld y_col0=%lld are out of range",
+                                (long long)op->n, (long long)op->a_offset, (long long)op->y_col0);
+        if (op->y == op->a)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "copy op: the output must not be the input buffer");
         break;
     default:
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "engine op: unknown kind %d", (int)op->kind);

@@ -1,12 +1,14 @@
 /* The LLM forward on a GPU engine (vulkan): tb_llm_model_to_gpu uploads every weight once into engine
- * buffers that stay resident (f32 matrices as they are, int8/int4 ones in the CPU's quantized layout,
- * read by shaders/qmatmul.comp), and sessions of such a model keep their KV cache in engine buffers
+ * buffers that stay resident (f32 matrices as they are, or as bf16/f16 words when every value is one
+ * exactly and the device has 16-bit storage; int8/int4 ones in the CPU's quantized layout, read by
+ * shaders/qmatmul.comp), and sessions of such a model keep their KV cache in engine buffers
  * ([Hkv][capacity][D] f32 per layer, grown by doubling). A chunk of T tokens is one engine run (one
  * command-buffer submit): per layer RMSNorm, qkv projection, q/k norm + RoPE + cache append,
  * attention, o projection + residual, RMSNorm, gate/up, SwiGLU, down + residual; then the final norm
- * and the LM head. The CPU does what is cheap: the embedding rows (uploaded), the RoPE table (the
+ * and the LM head; the chunk's uploads and the logits download ride in that submit (run_download). The CPU does what is cheap: the embedding rows (uploaded), the RoPE table (the
  * same cos/sin values the CPU path uses), and sampling on the downloaded logits. A prompt whose last
- * logits only are wanted takes a second run for the final norm and LM head of its last row.
+ * logits only are wanted copies its last hidden row (a copy op) and runs the final norm and LM head
+ * on that row alone, in the same run.
  *
  * Device limits: a matrix larger than maxStorageBufferRange is split by rows (output columns) into
  * parts of at most that size, each its own buffers, and its product runs as one op per part writing its
@@ -20,6 +22,7 @@
 
 #include "kernels/elementwise.h"
 #include "llm/llm_internal.h"
+#include "torchburn/dtype.h"
 #include "torchburn/engine.h"
 
 enum { GPU_CHUNK = TB_LLM_PREFILL_CHUNK, GPU_MIN_CAPACITY = 256 };
@@ -32,6 +35,7 @@ typedef struct gpu_part {
 
 typedef struct gpu_matrix {
     tb_llm_quant format;
+    tb_engine_weight_format words; /* format none: f32, or the 16-bit words that hold every value exactly */
     int64_t n, k, group;
     int parts; /* 1 unless the matrix exceeds maxStorageBufferRange */
     gpu_part *part;
@@ -83,12 +87,35 @@ static tb_status upload_new(const tb_engine *engine, const void *data, size_t by
     return TB_OK;
 }
 
+/* The 16-bit format that holds every value of an f32 matrix exactly, so that storing it halves the bytes
+ * and changes no product: bf16 when the low half of every value is zero (what the loader makes of a bf16
+ * checkpoint), f16 when every value round-trips through IEEE half (an f16 checkpoint), else f32. */
+static tb_engine_weight_format exact_16bit_format(const float *w, size_t count) {
+    bool bf16 = true, f16 = true;
+    for (size_t i = 0; i < count && (bf16 || f16); i++) {
+        const uint32_t bits = tb_f32_to_bits(w[i]);
+        bf16 = bf16 && (bits & 0xffffu) == 0;
+        f16 = f16 && tb_f32_to_bits(tb_f16_to_f32(tb_f32_to_f16(w[i]))) == bits;
+    }
+    return bf16 ? TB_ENGINE_WEIGHT_BF16 : f16 ? TB_ENGINE_WEIGHT_F16 : TB_ENGINE_WEIGHT_F32;
+}
+
+/* rows x k f32 values as the 16-bit words of `format` (exact: checked by exact_16bit_format). */
+static uint16_t *narrow_rows(const float *w, size_t count, tb_engine_weight_format format) {
+    uint16_t *words = malloc((count ? count : 1) * sizeof *words);
+    for (size_t i = 0; words && i < count; i++)
+        words[i] = format == TB_ENGINE_WEIGHT_BF16 ? (uint16_t)(tb_f32_to_bits(w[i]) >> 16) : tb_f32_to_f16(w[i]);
+    return words;
+}
+
 /* Uploads w as ceil(rows / rows_per_part) parts, rows_per_part = the rows whose weights fit the device's
  * maxStorageBufferRange (`range`; all rows in one part when they fit). */
-static tb_status upload_matrix(const tb_engine *engine, uint64_t range, const llm_matrix *w, const char *what,
-                               gpu_matrix *out) {
+static tb_status upload_matrix(const tb_engine *engine, uint64_t range, bool storage_16bit, const llm_matrix *w,
+                               const char *what, gpu_matrix *out) {
     const bool quantized = w->format != TB_LLM_QUANT_NONE;
-    const size_t row_bytes = quantized ? (size_t)w->q.row_bytes : (size_t)w->k * sizeof(float);
+    out->words = !quantized && storage_16bit ? exact_16bit_format(w->f32, (size_t)(w->n * w->k)) : TB_ENGINE_WEIGHT_F32;
+    const size_t element = out->words == TB_ENGINE_WEIGHT_F32 ? sizeof(float) : sizeof(uint16_t);
+    const size_t row_bytes = quantized ? (size_t)w->q.row_bytes : (size_t)w->k * element;
     const size_t scale_row = quantized ? (size_t)w->q.scales_per_row * sizeof(float) : 0;
     const size_t widest = row_bytes > scale_row ? row_bytes : scale_row;
     int64_t rows_per_part = range ? (int64_t)(range / widest) : w->n;
@@ -114,6 +141,13 @@ static tb_status upload_matrix(const tb_engine *engine, uint64_t range, const ll
             TB_TRY(upload_new(engine, (const unsigned char *)w->q.data + row0 * row_bytes, rows * row_bytes, what, &part->weights));
             TB_TRY(upload_new(engine, w->q.scales + row0 * (size_t)w->q.scales_per_row, rows * scale_row, what,
                               &part->scales));
+        } else if (out->words != TB_ENGINE_WEIGHT_F32) {
+            uint16_t *words = narrow_rows(w->f32 + row0 * (size_t)w->k, rows * (size_t)w->k, out->words);
+            if (!words)
+                return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm gpu: out of memory");
+            tb_status status = upload_new(engine, words, rows * row_bytes, what, &part->weights);
+            free(words);
+            TB_TRY(status);
         } else {
             TB_TRY(upload_new(engine, w->f32 + row0 * (size_t)w->k, rows * row_bytes, what, &part->weights));
         }
@@ -199,19 +233,19 @@ tb_status tb_llm_gpu_model_new(const tb_llm_model *m, const tb_engine *engine, t
             status = upload_new(engine, qk, (size_t)(2 * d) * sizeof *qk, what, &dst->qk_norm);
         }
         if (status == TB_OK)
-            status = upload_matrix(engine, g->buffer_range, &src->qkv, what, &dst->qkv);
+            status = upload_matrix(engine, g->buffer_range, info.storage_16bit, &src->qkv, what, &dst->qkv);
         if (status == TB_OK)
-            status = upload_matrix(engine, g->buffer_range, &src->o, what, &dst->o);
+            status = upload_matrix(engine, g->buffer_range, info.storage_16bit, &src->o, what, &dst->o);
         if (status == TB_OK)
-            status = upload_matrix(engine, g->buffer_range, &src->gate_up, what, &dst->gate_up);
+            status = upload_matrix(engine, g->buffer_range, info.storage_16bit, &src->gate_up, what, &dst->gate_up);
         if (status == TB_OK)
-            status = upload_matrix(engine, g->buffer_range, &src->down, what, &dst->down);
+            status = upload_matrix(engine, g->buffer_range, info.storage_16bit, &src->down, what, &dst->down);
     }
     free(qk);
     if (status == TB_OK)
         status = upload_new(engine, m->final_norm, (size_t)c * sizeof(float), "final_norm", &g->final_norm);
     if (status == TB_OK)
-        status = upload_matrix(engine, g->buffer_range, &m->lm_head, "lm_head", &g->lm_head);
+        status = upload_matrix(engine, g->buffer_range, info.storage_16bit, &m->lm_head, "lm_head", &g->lm_head);
     if (status != TB_OK) {
         tb_llm_gpu_model_free(g);
         return status;
@@ -260,7 +294,7 @@ tb_status tb_llm_gpu_session_new(const tb_llm_model *m, bool kv_f16, tb_llm_gpu_
         s->keys = calloc((size_t)m->n_layers, sizeof *s->keys);
         s->values = calloc((size_t)m->n_layers, sizeof *s->values);
         const tb_llm_gpu_model *g = m->gpu;
-        int64_t capacity = 2 + g->lm_head.parts; /* the final norm and the LM head */
+        int64_t capacity = 3 + g->lm_head.parts; /* the last-row copy, the final norm and the LM head */
         for (int64_t l = 0; l < m->n_layers; l++) {
             const gpu_layer *layer = &g->layers[l];
             capacity += 7 + layer->qkv.parts + layer->o.parts + layer->gate_up.parts + layer->down.parts;
@@ -375,6 +409,7 @@ static int linear(const gpu_matrix *w, tb_engine_buffer *x, int64_t m, tb_engine
         if (w->format == TB_LLM_QUANT_NONE) {
             op.kind = TB_ENGINE_OP_MATMUL;
             op.trans_b = true;
+            op.b_format = w->words;
         } else {
             op.kind = TB_ENGINE_OP_QMATMUL;
             op.code = w->format == TB_LLM_QUANT_INT8 ? 8 : 4;
@@ -446,18 +481,17 @@ static tb_status forward_chunk(tb_llm_gpu_session *s, const int32_t *tokens, int
     if (every_row) {
         ops[n++] = rms_norm(s->x, g->final_norm, count, c, m->norm_eps, s->xn);
         n += linear(&g->lm_head, s->xn, count, s->logits, ops + n);
+    } else if (logits) { /* only the last row: copied to a one-row buffer (no offsets in ops), then its head */
+        ops[n++] = (tb_engine_op){.kind = TB_ENGINE_OP_COPY, .n = c, .a_offset = (count - 1) * c, .a = s->x, .y = s->last};
+        ops[n++] = rms_norm(s->last, g->final_norm, 1, c, m->norm_eps, s->xn);
+        n += linear(&g->lm_head, s->xn, 1, s->logits, ops + n);
     }
-    TB_TRY(e->run(ops, n));
+    /* the uploads above, the ops and the wanted logits back: one submit */
     if (!logits)
-        return TB_OK;
-    if (every_row)
-        return e->buffer_download(s->logits, 0, logits, (size_t)((all_logits ? count : 1) * m->vocab) * f);
-    /* only the last row: a second run over a one-row copy of it */
-    TB_TRY(e->buffer_download(s->x, (size_t)((count - 1) * c) * f, s->host_rows, (size_t)c * f));
-    TB_TRY(e->buffer_upload(s->last, 0, s->host_rows, (size_t)c * f));
-    ops[0] = rms_norm(s->last, g->final_norm, 1, c, m->norm_eps, s->xn);
-    TB_TRY(e->run(ops, 1 + linear(&g->lm_head, s->xn, 1, s->logits, ops + 1)));
-    return e->buffer_download(s->logits, 0, logits, (size_t)m->vocab * f);
+        return e->run(ops, n);
+    tb_engine_download down = {.buffer = s->logits, .dst = logits,
+                               .bytes = (size_t)((all_logits ? count : 1) * m->vocab) * f};
+    return tb_engine_run_download(e, ops, n, &down, 1);
 }
 
 tb_status tb_llm_gpu_forward(tb_llm_gpu_session *s, int64_t length, int64_t max_seq_len, const int32_t *tokens,

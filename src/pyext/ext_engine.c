@@ -71,7 +71,7 @@ static PyObject *py_engine_info(PyObject *module, PyObject *name_object) {
         snprintf(api, sizeof api, "%u.%u.%u", (info.api_version >> 22) & 0x7Fu, (info.api_version >> 12) & 0x3FFu,
                  info.api_version & 0xFFFu);
     return Py_BuildValue(
-        "{s:s,s:O,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:K,s:K,s:{s:K,s:(III),s:I,s:I,s:I},s:i,s:i,s:K,s:K,s:O,s:K,s:O,s:K,s:K}",
+        "{s:s,s:O,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:K,s:K,s:{s:K,s:(III),s:I,s:I,s:I},s:i,s:i,s:K,s:K,s:O,s:K,s:O,s:K,s:K,s:K,s:O}",
         "engine", engine->name, "available", info.available ? Py_True : Py_False, "reason", info.reason, "backend",
         info.backend, "adapter_name", info.adapter_name, "device_type", info.device_type, "driver_name",
         info.driver_name, "driver_info", info.driver_info, "api_version", api,
@@ -84,7 +84,8 @@ static PyObject *py_engine_info(PyObject *module, PyObject *name_object) {
         (unsigned long long)info.submits, "dispatches", (unsigned long long)info.dispatches, "staging",
         info.staging ? Py_True : Py_False, "transfers", (unsigned long long)info.transfers, "subgroup_reductions",
         info.subgroup_reductions ? Py_True : Py_False, "upload_bytes", (unsigned long long)info.upload_bytes,
-        "download_bytes", (unsigned long long)info.download_bytes);
+        "download_bytes", (unsigned long long)info.download_bytes, "batched_copies",
+        (unsigned long long)info.batched_copies, "storage_16bit", info.storage_16bit ? Py_True : Py_False);
 }
 
 /* Reads optional dict entries into an op. Returns 0 or -1 with an exception. */
@@ -154,13 +155,15 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
             return -1;
         }
     }
-    int64_t trans_b = 0, log = 0;
+    int64_t trans_b = 0, log = 0, b_format = 0;
     if (get_int(dict, "n", &op->n) || get_int(dict, "b_len", &op->b_len) || get_int(dict, "m", &op->m) ||
         get_int(dict, "k", &op->k) || get_int(dict, "rows", &op->rows) || get_int(dict, "len", &op->len) ||
         get_int(dict, "trans_b", &trans_b) || get_int(dict, "log", &log) || get_float(dict, "eps", &op->eps) ||
         get_float(dict, "alpha", &op->alpha) || get_float(dict, "lo", &op->lo) || get_float(dict, "hi", &op->hi) ||
-        get_int(dict, "y_stride", &op->y_stride) || get_int(dict, "y_col0", &op->y_col0))
+        get_int(dict, "y_stride", &op->y_stride) || get_int(dict, "y_col0", &op->y_col0) ||
+        get_int(dict, "b_format", &b_format) || get_int(dict, "a_offset", &op->a_offset))
         return -1;
+    op->b_format = (int)b_format;
     op->trans_b = trans_b != 0;
     op->log = log != 0;
     static const char *const roles[4] = {"a", "b", "c", "y"};
@@ -201,9 +204,10 @@ static PyObject *py_engine_run(PyObject *module, PyObject *const *args, Py_ssize
     tb_engine_buffer **buffers = PyMem_Calloc((size_t)narrays + 1, sizeof *buffers);
     bool *written = PyMem_Calloc((size_t)narrays + 1, sizeof *written);
     tb_engine_op *ops = PyMem_Calloc((size_t)nops + 1, sizeof *ops);
+    tb_engine_download *downloads = PyMem_Calloc((size_t)narrays + 1, sizeof *downloads);
     PyObject *result = NULL;
     Py_ssize_t imported = 0;
-    if (!tensors || !buffers || !written || !ops) {
+    if (!tensors || !buffers || !written || !ops || !downloads) {
         PyErr_NoMemory();
         goto done;
     }
@@ -211,15 +215,18 @@ static PyObject *py_engine_run(PyObject *module, PyObject *const *args, Py_ssize
         tb_tensor *t = &tensors[imported];
         if (tb_py_import_tensor(PyList_GET_ITEM(args[2], imported), "arrays[i]", t) != 0)
             goto done;
-        if (t->dtype != TB_F32 || (tb_tensor_numel(t) > 0 && !tb_tensor_is_contiguous(t))) {
+        /* float16 / bfloat16 arrays are the 16-bit matmul weights (b_format 2 / 1) */
+        if ((t->dtype != TB_F32 && t->dtype != TB_F16 && t->dtype != TB_BF16) ||
+            (tb_tensor_numel(t) > 0 && !tb_tensor_is_contiguous(t))) {
             imported++;
-            PyErr_Format(PyExc_TypeError, "engine_run: arrays[%zd] must be contiguous float32", imported - 1);
+            PyErr_Format(PyExc_TypeError, "engine_run: arrays[%zd] must be contiguous float32 (or a 16-bit weight)",
+                         imported - 1);
             goto done;
         }
     }
     tb_status status = engine->init();
     for (Py_ssize_t i = 0; status == TB_OK && i < narrays; i++) {
-        size_t bytes = (size_t)tb_tensor_numel(&tensors[i]) * sizeof(float);
+        size_t bytes = (size_t)tb_tensor_numel(&tensors[i]) * tb_dtype_size(tensors[i].dtype);
         status = engine->buffer_alloc(bytes, &buffers[i]);
         if (status == TB_OK)
             status = engine->buffer_upload(buffers[i], 0, tb_tensor_data(&tensors[i]), bytes);
@@ -238,11 +245,13 @@ static PyObject *py_engine_run(PyObject *module, PyObject *const *args, Py_ssize
         }
     }
     Py_BEGIN_ALLOW_THREADS
-    status = engine->run(ops, (int)nops);
-    for (Py_ssize_t i = 0; status == TB_OK && i < narrays; i++)
+    int ndownloads = 0; /* the written arrays come back in the run's own submission */
+    for (Py_ssize_t i = 0; i < narrays; i++)
         if (written[i])
-            status = engine->buffer_download(buffers[i], 0, tb_tensor_data(&tensors[i]),
-                                             (size_t)tb_tensor_numel(&tensors[i]) * sizeof(float));
+            downloads[ndownloads++] = (tb_engine_download){
+                .buffer = buffers[i], .dst = tb_tensor_data(&tensors[i]),
+                .bytes = (size_t)tb_tensor_numel(&tensors[i]) * tb_dtype_size(tensors[i].dtype)};
+    status = tb_engine_run_download(engine, ops, (int)nops, downloads, ndownloads);
     Py_END_ALLOW_THREADS
     if (status != TB_OK) {
         tb_py_raise(status);
@@ -257,6 +266,7 @@ done:
     PyMem_Free(tensors);
     PyMem_Free(buffers);
     PyMem_Free(written);
+    PyMem_Free(downloads);
     PyMem_Free(ops);
     return result;
 }

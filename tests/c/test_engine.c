@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "kernels/elementwise.h"
 #include "tb_test.h"
 #include "torchburn/cpu.h"
 #include "torchburn/engine.h"
@@ -207,12 +208,52 @@ static void test_vulkan(void) {
     unsetenv("TORCHBURN_VULKAN_ALLOW_CPU");
 }
 
+/* Staging mode (forced): uploads queue and ride in the next run, the later of two overlapping uploads
+ * wins, run_download's results come back in the same submit, freeing a queued upload's target flushes. */
+static void test_vulkan_staging_queue(void) {
+    setenv("TORCHBURN_VULKAN_ALLOW_CPU", "1", 1);
+    setenv("TORCHBURN_VULKAN_FORCE_STAGING", "1", 1);
+    TB_CHECK(tb_engine_vulkan_reset() == TB_OK);
+    tb_engine_device_info before, after;
+    tb_engine_vulkan.device_info(&before);
+    if (before.available) {
+        enum { COUNT = 64 };
+        float first[COUNT], patch[16], got[COUNT];
+        for (int i = 0; i < COUNT; i++)
+            first[i] = (float)i;
+        for (int i = 0; i < 16; i++)
+            patch[i] = 1000.0f + (float)i;
+        tb_engine_buffer *a = buffer_with(&tb_engine_vulkan, first, COUNT), *y = buffer_with(&tb_engine_vulkan, NULL, COUNT);
+        TB_CHECK(a && y && tb_engine_vulkan.buffer_upload(a, 16 * sizeof(float), patch, sizeof patch) == TB_OK);
+        tb_engine_op neg = {.kind = TB_ENGINE_OP_UNARY, .code = TB_UNARY_NEG, .n = COUNT, .a = a, .y = y};
+        tb_engine_download down = {.buffer = y, .bytes = sizeof got, .dst = got};
+        tb_engine_vulkan.device_info(&before);
+        TB_CHECK(tb_engine_run_download(&tb_engine_vulkan, &neg, 1, &down, 1) == TB_OK);
+        tb_engine_vulkan.device_info(&after);
+        bool same = true;
+        for (int i = 0; i < COUNT; i++)
+            same = same && got[i] == -(i >= 16 && i < 32 ? patch[i - 16] : first[i]);
+        TB_CHECK_MSG(same, "staged uploads: the later overlapping upload must win");
+        TB_CHECK(after.submits == before.submits + 1 && after.transfers == before.transfers);
+        TB_CHECK(after.batched_copies == before.batched_copies + 3); /* a, the patch, the download */
+        TB_CHECK(tb_engine_vulkan.buffer_upload(a, 0, patch, sizeof patch) == TB_OK);
+        tb_engine_vulkan.buffer_free(a); /* its queued upload goes first */
+        tb_engine_vulkan.device_info(&before);
+        TB_CHECK(before.transfers == after.transfers + 1);
+        tb_engine_vulkan.buffer_free(y);
+    }
+    unsetenv("TORCHBURN_VULKAN_FORCE_STAGING");
+    TB_CHECK(tb_engine_vulkan_reset() == TB_OK);
+    unsetenv("TORCHBURN_VULKAN_ALLOW_CPU");
+}
+
 int main(void) {
     test_registry();
     test_selection();
     test_validation();
     test_cpu_engines_agree();
     test_vulkan();
+    test_vulkan_staging_queue();
     tb_engine_vulkan_reset();
     return tb_test_finish("engine");
 }

@@ -8,7 +8,8 @@ configuration is warmed up before it is timed.
 
 Then the LLM forward on each device (`LLM.from_pretrained(device="gpu")` against device="cpu" with
 exact_activations=True, the product the GPU computes): prefill and decode tokens per second, medians
-of --samples runs, for the model in --llm-model (e.g. tools/make_bench_model.py's Qwen2.5-0.5B-shaped
+of --samples runs, submits per decoded token, and the bytes uploaded at load (a bf16 row shows the
+16-bit weights at half the f32 bytes), for the model in --llm-model (e.g. tools/make_bench_model.py's Qwen2.5-0.5B-shaped
 one) or, by default, a small random Qwen2-shaped model written to a temporary folder (needs
 transformers). --no-llm skips these rows.
 
@@ -68,9 +69,10 @@ def op_time(engine: str, op: dict, arrays: list, repeat: int, samples: int) -> f
     return max(diffs[len(diffs) // 2] / repeat, 0.0)
 
 
-def _small_model(folder) -> None:
+def _small_model(folder, dtype=None) -> None:
     """A random Qwen2-shaped model (hidden 256, 4 layers, 8 heads / 2 kv heads, vocab 2048) with a
-    byte-level tokenizer, enough to time the forward without a download."""
+    byte-level tokenizer, enough to time the forward without a download; saved in `dtype` (a torch
+    dtype; default float32)."""
     import torch
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -79,7 +81,8 @@ def _small_model(folder) -> None:
     config = transformers.Qwen2Config(vocab_size=2048, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
                                       tie_word_embeddings=True)
-    transformers.Qwen2ForCausalLM(config).eval().save_pretrained(folder)
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    (model.to(dtype) if dtype is not None else model).save_pretrained(folder)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -88,25 +91,37 @@ def _small_model(folder) -> None:
     tok.save(str(folder / "tokenizer.json"))
 
 
-def llm_rows(model_dir, quants, prompt: int, new_tokens: int, samples: int) -> list[list[str]]:
-    """[quant, device, prefill tok/s, decode tok/s, submits per decoded token] per quant and device."""
+def llm_rows(model_dir, quants, prompt: int, new_tokens: int, samples: int, bf16_dir=None) -> list[list[str]]:
+    """[quant, device, prefill tok/s, decode tok/s, submits and transfer submits per decoded token, MiB
+    uploaded at load] per quant and device. quant "bf16" is quant="none" on the bf16 checkpoint
+    `bf16_dir` (kept 16-bit on a device with 16-bit storage)."""
     from torchburn import LLM, gpu
 
     rows = []
     ids = [int(t) for t in np.random.default_rng(0).integers(10, 250, size=prompt)]
     for quant in quants:
+        folder = bf16_dir if quant == "bf16" else model_dir
+        if folder is None:
+            continue
         for device in ("gpu", "cpu"):
-            llm = LLM.from_pretrained(model_dir, quant=quant, device=device, exact_activations=True, quiet=True)
+            loaded = gpu.gpu_info()["upload_bytes"]
+            llm = LLM.from_pretrained(folder, quant="none" if quant == "bf16" else quant, device=device,
+                                      exact_activations=True, quiet=True)
+            loaded = gpu.gpu_info()["upload_bytes"] - loaded
             llm.generate_tokens(ids[:8], max_tokens=2, temperature=0.0, stop_token_ids=[])  # warm-up (pipelines)
             prefill, decode = [], []
-            submits = gpu.gpu_info()["submits"]
+            before = gpu.gpu_info()
             for _ in range(samples):
                 llm.generate_tokens(ids, max_tokens=new_tokens, temperature=0.0, stop_token_ids=[])
                 prefill.append(llm.last_stats["prefill_tok_s"])
                 decode.append(llm.last_stats["decode_tok_s"])
-            per_token = (gpu.gpu_info()["submits"] - submits) / (samples * new_tokens)
+            after = gpu.gpu_info()
+            steps = samples * new_tokens
+            on_gpu = device == "gpu"
             rows.append([quant, device, f"{np.median(prefill):.1f}", f"{np.median(decode):.1f}",
-                         f"{per_token:.2f}" if device == "gpu" else "-"])
+                         f"{(after['submits'] - before['submits']) / steps:.2f}" if on_gpu else "-",
+                         f"{(after['transfers'] - before['transfers']) / steps:.2f}" if on_gpu else "-",
+                         f"{loaded / 2**20:.1f}" if on_gpu else "-"])
             del llm
     return rows
 
@@ -118,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=10, help="ops per timed batch (default 10)")
     parser.add_argument("--samples", type=int, default=5, help="timed batches per kernel (median; default 5)")
     parser.add_argument("--llm-model", default=None, help="model folder for the LLM rows (default: a small random one)")
-    parser.add_argument("--llm-quants", default="none,int8,int4", help="weight formats of the LLM rows")
+    parser.add_argument("--llm-model-bf16", default=None,
+                        help="bf16 checkpoint for the 'bf16' row (default: a bf16 copy of the small random one)")
+    parser.add_argument("--llm-quants", default="none,bf16,int8,int4",
+                        help="weight formats of the LLM rows (bf16: quant none on a bf16 checkpoint)")
     parser.add_argument("--prompt", type=int, default=64, help="LLM prompt tokens (default 64)")
     parser.add_argument("--new-tokens", type=int, default=16, help="LLM decoded tokens per run (default 16)")
     parser.add_argument("--no-llm", action="store_true", help="skip the LLM rows")
@@ -156,14 +174,22 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = args.llm_model
+        model_dir, bf16_dir = args.llm_model, args.llm_model_bf16
         if model_dir is None:
+            import torch
+
             model_dir = pathlib.Path(scratch) / "qwen2-small-random"
             _small_model(model_dir)
+            if bf16_dir is None:
+                bf16_dir = pathlib.Path(scratch) / "qwen2-small-random-bf16"
+                _small_model(bf16_dir, torch.bfloat16)
         os.environ.setdefault("TORCHBURN_CACHE_DIR", str(pathlib.Path(scratch) / "cache"))
         print(f"\nLLM forward: {model_dir}, prompt {args.prompt} tokens, {args.new_tokens} decoded, median of "
               f"{args.samples} runs (cpu: exact_activations=True, {torchburn.get_num_threads()} threads)")
         rows = llm_rows(model_dir, [q for q in args.llm_quants.split(",") if q], args.prompt, args.new_tokens,
-                        args.samples)
-        print_table(["quant", "device", "prefill tok/s", "decode tok/s", "submits / decoded token"], rows)
+                        args.samples, bf16_dir)
+        print(f"memory mode: {'staging (device-local buffers)' if info['staging'] else 'mapped'}; 16-bit storage: "
+              f"{info['storage_16bit']}")
+        print_table(["quant", "device", "prefill tok/s", "decode tok/s", "submits / decoded token",
+                     "transfer submits / token", "MiB uploaded at load"], rows)
     return 0

@@ -11,7 +11,8 @@
  *   TORCHBURN_VULKAN_MAX_WORKGROUPS  caps dispatch sizes below the device's (tests of grid-stride loops)
  *   TORCHBURN_VULKAN_MAX_BUFFER_RANGE  lowers maxStorageBufferRange (bytes; tests of weight splitting)
  *   TORCHBURN_VULKAN_FORCE_STAGING=1  device-local buffers + staging copies even where memory is mappable
- *   TORCHBURN_VULKAN_NO_SUBGROUP=1  shared-memory reductions even where subgroup operations exist */
+ *   TORCHBURN_VULKAN_NO_SUBGROUP=1  shared-memory reductions even where subgroup operations exist
+ *   TORCHBURN_VULKAN_NO_16BIT=1  no 16-bit storage even where the device has it (bf16/f16 weights f32) */
 #ifdef TB_HAVE_VULKAN_HEADERS
 #include <dlfcn.h>
 #include <stdio.h>
@@ -247,6 +248,13 @@ static void record_facts(void) {
                                     (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                                     (subgroup.supportedOperations & needed) == needed &&
                                     !env_flag("TORCHBURN_VULKAN_NO_SUBGROUP");
+        /* 16-bit storage buffers (core in 1.1): the *_w16 matmul kernels read bf16/f16 weights as they are */
+        VkPhysicalDevice16BitStorageFeatures storage16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+        VkPhysicalDeviceFeatures2 features = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &storage16};
+        if (tb_vk.GetPhysicalDeviceFeatures2 && tb_vk.instance_version >= VK_API_VERSION_1_1) {
+            tb_vk.GetPhysicalDeviceFeatures2(tb_vk.physical, &features);
+            info->storage_16bit = storage16.storageBuffer16BitAccess && !env_flag("TORCHBURN_VULKAN_NO_16BIT");
+        }
         if (properties.apiVersion >= VK_API_VERSION_1_2) {
             snprintf(info->driver_name, sizeof info->driver_name, "%s", driver.driverName);
             snprintf(info->driver_info, sizeof info->driver_info, "%s", driver.driverInfo);
@@ -272,8 +280,10 @@ static tb_status create_device(void) {
     VkDeviceQueueCreateInfo queue = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                      .queueFamilyIndex = tb_vk.queue_family, .queueCount = 1,
                                      .pQueuePriorities = &priority};
+    VkPhysicalDevice16BitStorageFeatures storage16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
+                                                      .storageBuffer16BitAccess = VK_TRUE};
     VkDeviceCreateInfo create = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1,
-                                 .pQueueCreateInfos = &queue};
+                                 .pQueueCreateInfos = &queue, .pNext = tb_vk.info.storage_16bit ? &storage16 : NULL};
     VkResult result = tb_vk.CreateDevice(tb_vk.physical, &create, NULL, &tb_vk.device);
     if (result != VK_SUCCESS) {
         tb_vk.device = VK_NULL_HANDLE;

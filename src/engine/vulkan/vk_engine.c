@@ -1,17 +1,16 @@
 /* The vulkan engine's operations: buffers (recycled through a small pool), compute pipelines built on
- * first use from the committed SPIR-V, and run(), which records a whole op sequence into one command
- * buffer (a barrier between consecutive ops) and submits it once.
+ * first use from the committed SPIR-V, and run() / run_download(), which record the queued uploads, a
+ * whole op sequence (a barrier between consecutive ops) and the downloads into one command buffer and
+ * submit it once.
  *
  * Memory, two modes fixed at init (tb_vk.staging):
  *  - mapped (no memory type is device-local without being host-visible: integrated GPUs, lavapipe):
  *    buffers take HOST_VISIBLE + HOST_COHERENT memory, preferring DEVICE_LOCAL, mapped once, so uploads
  *    and downloads are memcpy;
  *  - staging (a discrete GPU: some DEVICE_LOCAL type the host cannot map; or forced with
- *    TORCHBURN_VULKAN_FORCE_STAGING=1, how lavapipe tests it): buffers take device-local memory and an
- *    upload is memcpy into one mapped staging buffer + vkCmdCopyBuffer, a download the reverse, in
- *    chunks of at most TB_VK_STAGING_MAX bytes, each chunk its own submit (counted in `transfers`).
- *    Barriers: shader reads/writes -> transfer before each copy (earlier runs), transfer -> shader
- *    reads/writes after an upload and transfer -> host read after a download.
+ *    TORCHBURN_VULKAN_FORCE_STAGING=1, how lavapipe tests it): buffers take device-local memory and
+ *    every copy goes through the staging buffer (vk_staging.c): uploads are queued into the next run's
+ *    submission, run_download's downloads are recorded after the ops of the same submission.
  * Limits honoured: every bound operand must fit maxStorageBufferRange (larger ones are refused by
  * supports_op; the LLM splits its weights to fit); dispatch sizes are capped at
  * maxComputeWorkGroupCount and the shaders loop over the rest (grid-stride). */
@@ -30,12 +29,7 @@ enum { POOL_MAX_BYTES = 256 << 20 };
  * leave most of its threads idle */
 enum { GEMV_MAX_ROWS = 4 };
 
-typedef struct vk_buffer_record {
-    tb_engine_buffer header; /* first: a tb_engine_buffer * is a vk_buffer_record * */
-    tb_vk_buffer vk;
-} vk_buffer_record;
-
-static void destroy_record(vk_buffer_record *record) {
+void tb_vk_record_destroy(tb_vk_record *record) {
     if (record->vk.memory) {
         if (record->header.host)
             tb_vk.UnmapMemory(tb_vk.device, record->vk.memory);
@@ -48,24 +42,17 @@ static void destroy_record(vk_buffer_record *record) {
 
 void tb_vk_pool_drain_locked(void) {
     for (int i = 0; i < tb_vk.pool_count; i++)
-        destroy_record((vk_buffer_record *)tb_vk.pool[i]);
+        tb_vk_record_destroy((tb_vk_record *)tb_vk.pool[i]);
     tb_vk.pool_count = 0;
     tb_vk.pool_bytes = 0;
-    if (tb_vk.staging_buffer)
-        destroy_record((vk_buffer_record *)tb_vk.staging_buffer);
-    tb_vk.staging_buffer = NULL;
+    tb_vk_staging_release();
 }
 
-/* How buffers use memory: engine buffers in staging mode (device-local, unmapped), engine buffers
- * otherwise (mapped, device-local preferred), the staging buffer (mapped, host-cached preferred for
- * reading results back). */
-typedef enum memory_use { MEMORY_DEVICE, MEMORY_MAPPED, MEMORY_STAGING } memory_use;
-
-static bool pick_memory_type(uint32_t allowed, memory_use use, uint32_t *out) {
+static bool pick_memory_type(uint32_t allowed, tb_vk_memory_use use, uint32_t *out) {
     VkPhysicalDeviceMemoryProperties memory;
     tb_vk.GetPhysicalDeviceMemoryProperties(tb_vk.physical, &memory);
     const VkMemoryPropertyFlags mapped = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    const VkMemoryPropertyFlags need = use == MEMORY_DEVICE ? 0 : mapped;
+    const VkMemoryPropertyFlags need = use == TB_VK_MEMORY_DEVICE ? 0 : mapped;
     int best = -1, best_score = -1;
     for (uint32_t t = 0; t < memory.memoryTypeCount; t++) {
         VkMemoryPropertyFlags flags = memory.memoryTypes[t].propertyFlags;
@@ -73,9 +60,9 @@ static bool pick_memory_type(uint32_t allowed, memory_use use, uint32_t *out) {
             continue;
         const bool local = flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, visible = flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
         int score = 1;
-        if (use == MEMORY_DEVICE)
+        if (use == TB_VK_MEMORY_DEVICE)
             score = local ? (visible ? 2 : 3) : 1; /* VRAM the host cannot map first (not the small BAR window) */
-        else if (use == MEMORY_MAPPED)
+        else if (use == TB_VK_MEMORY_MAPPED)
             score = local ? 2 : 1;
         else
             score = (flags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 2 : 1;
@@ -90,8 +77,8 @@ static bool pick_memory_type(uint32_t allowed, memory_use use, uint32_t *out) {
     return true;
 }
 
-static tb_status create_record(VkDeviceSize capacity, memory_use use, vk_buffer_record **out) {
-    vk_buffer_record *record = calloc(1, sizeof *record);
+tb_status tb_vk_record_create(VkDeviceSize capacity, tb_vk_memory_use use, tb_vk_record **out) {
+    tb_vk_record *record = calloc(1, sizeof *record);
     if (!record)
         return tb_error_set(TB_ERR_OUT_OF_MEMORY, "vulkan: out of memory for a buffer record");
     VkBufferCreateInfo create = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = capacity,
@@ -107,26 +94,26 @@ static tb_status create_record(VkDeviceSize capacity, memory_use use, vk_buffer_
     tb_vk.GetBufferMemoryRequirements(tb_vk.device, record->vk.buffer, &requirements);
     uint32_t type;
     if (!pick_memory_type(requirements.memoryTypeBits, use, &type)) {
-        destroy_record(record);
+        tb_vk_record_destroy(record);
         return tb_error_set(TB_ERR_UNSUPPORTED, "vulkan: the device has no %s memory for buffers",
-                            use == MEMORY_DEVICE ? "usable" : "host-visible coherent");
+                            use == TB_VK_MEMORY_DEVICE ? "usable" : "host-visible coherent");
     }
     VkMemoryAllocateInfo allocate = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
                                      .allocationSize = requirements.size, .memoryTypeIndex = type};
     result = tb_vk.AllocateMemory(tb_vk.device, &allocate, NULL, &record->vk.memory);
     if (result != VK_SUCCESS) {
         record->vk.memory = VK_NULL_HANDLE;
-        destroy_record(record);
+        tb_vk_record_destroy(record);
         return tb_vk_fail(result, "vkAllocateMemory");
     }
     if ((result = tb_vk.BindBufferMemory(tb_vk.device, record->vk.buffer, record->vk.memory, 0)) != VK_SUCCESS ||
-        (use != MEMORY_DEVICE &&
+        (use != TB_VK_MEMORY_DEVICE &&
          (result = tb_vk.MapMemory(tb_vk.device, record->vk.memory, 0, VK_WHOLE_SIZE, 0, &record->header.host)) !=
              VK_SUCCESS)) {
         tb_vk.FreeMemory(tb_vk.device, record->vk.memory, NULL);
         record->vk.memory = VK_NULL_HANDLE;
         record->header.host = NULL;
-        destroy_record(record);
+        tb_vk_record_destroy(record);
         return tb_vk_fail(result, "binding or mapping buffer memory");
     }
     record->vk.capacity = capacity;
@@ -155,22 +142,22 @@ static tb_status vk_alloc(size_t bytes, tb_engine_buffer **out) {
     *out = NULL;
     pthread_mutex_lock(&tb_vk_lock);
     tb_status status = tb_vk_init_locked();
-    vk_buffer_record *record = NULL;
+    tb_vk_record *record = NULL;
     if (status == TB_OK) {
         VkDeviceSize capacity = ((VkDeviceSize)(bytes < 16 ? 16 : bytes) + 255) & ~(VkDeviceSize)255;
         int best = -1;
         for (int i = 0; i < tb_vk.pool_count; i++) {
-            VkDeviceSize have = ((vk_buffer_record *)tb_vk.pool[i])->vk.capacity;
+            VkDeviceSize have = ((tb_vk_record *)tb_vk.pool[i])->vk.capacity;
             if (have >= capacity && have <= 2 * capacity + 4096 &&
-                (best < 0 || have < ((vk_buffer_record *)tb_vk.pool[best])->vk.capacity))
+                (best < 0 || have < ((tb_vk_record *)tb_vk.pool[best])->vk.capacity))
                 best = i;
         }
         if (best >= 0) {
-            record = (vk_buffer_record *)tb_vk.pool[best];
+            record = (tb_vk_record *)tb_vk.pool[best];
             tb_vk.pool_bytes -= record->vk.capacity;
             tb_vk.pool[best] = tb_vk.pool[--tb_vk.pool_count];
         } else {
-            status = create_record(capacity, tb_vk.staging ? MEMORY_DEVICE : MEMORY_MAPPED, &record);
+            status = tb_vk_record_create(capacity, tb_vk.staging ? TB_VK_MEMORY_DEVICE : TB_VK_MEMORY_MAPPED, &record);
         }
     }
     if (status == TB_OK) {
@@ -187,14 +174,16 @@ static tb_status vk_alloc(size_t bytes, tb_engine_buffer **out) {
 static void vk_free(tb_engine_buffer *buffer) {
     if (!buffer)
         return;
-    vk_buffer_record *record = (vk_buffer_record *)buffer;
+    tb_vk_record *record = (tb_vk_record *)buffer;
     pthread_mutex_lock(&tb_vk_lock);
+    if (tb_vk_pending_targets(record) && tb_vk_flush_uploads() != TB_OK)
+        tb_error_clear(); /* the device is lost; the buffer goes all the same */
     tb_vk.live_buffers--;
     if (tb_vk.pool_count < TB_VK_POOL_SLOTS && tb_vk.pool_bytes + record->vk.capacity <= POOL_MAX_BYTES) {
         tb_vk.pool[tb_vk.pool_count++] = buffer;
         tb_vk.pool_bytes += record->vk.capacity;
     } else {
-        destroy_record(record);
+        tb_vk_record_destroy(record);
     }
     pthread_mutex_unlock(&tb_vk_lock);
 }
@@ -211,7 +200,7 @@ static tb_status submit_and_wait(void) {
     return result == VK_SUCCESS ? TB_OK : tb_vk_fail(result, "vkWaitForFences");
 }
 
-static tb_status begin_commands(void) {
+tb_status tb_vk_begin_commands(void) {
     tb_vk.ResetCommandPool(tb_vk.device, tb_vk.command_pool, 0);
     VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                       .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
@@ -219,69 +208,18 @@ static tb_status begin_commands(void) {
     return result == VK_SUCCESS ? TB_OK : tb_vk_fail(result, "vkBeginCommandBuffer");
 }
 
-static void memory_barrier(VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
-                           VkAccessFlags dst_access) {
-    VkMemoryBarrier memory = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = src_access,
-                              .dstAccessMask = dst_access};
-    tb_vk.CmdPipelineBarrier(tb_vk.command_buffer, src_stage, dst_stage, 0, 1, &memory, 0, NULL, 0, NULL);
-}
-
-/* One staging copy of `bytes` at `offset` of `buffer`: into it (upload) from the staging buffer's start,
- * or out of it into the staging buffer. Caller holds the lock and has filled / will read the staging. */
-static tb_status staging_copy(const tb_engine_buffer *buffer, size_t offset, size_t bytes, bool upload) {
-    TB_TRY(begin_commands());
-    const VkAccessFlags shader = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-    /* earlier runs' shader accesses of the buffer finish (and their writes are visible) before the copy */
-    memory_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, shader, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                   upload ? VK_ACCESS_TRANSFER_WRITE_BIT : VK_ACCESS_TRANSFER_READ_BIT);
-    const VkBuffer device = ((const tb_vk_buffer *)buffer->backend)->buffer;
-    const VkBuffer staging = ((const tb_vk_buffer *)tb_vk.staging_buffer->backend)->buffer;
-    VkBufferCopy region = {.srcOffset = upload ? 0 : offset, .dstOffset = upload ? offset : 0, .size = bytes};
-    tb_vk.CmdCopyBuffer(tb_vk.command_buffer, upload ? staging : device, upload ? device : staging, 1, &region);
-    if (upload) /* later runs' shaders see the copied bytes */
-        memory_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                       shader);
-    else /* the host sees them in the mapped staging buffer */
-        memory_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                       VK_ACCESS_HOST_READ_BIT);
+tb_status tb_vk_end_and_submit(void) {
     VkResult result = tb_vk.EndCommandBuffer(tb_vk.command_buffer);
     if (result != VK_SUCCESS)
         return tb_vk_fail(result, "vkEndCommandBuffer");
-    TB_TRY(submit_and_wait());
-    tb_vk.info.transfers++;
-    return TB_OK;
+    return submit_and_wait();
 }
 
-/* Moves bytes between host memory and a device-local buffer through the staging buffer, in chunks.
- * Caller holds the lock. */
-static tb_status staging_transfer(const tb_engine_buffer *buffer, size_t offset, void *host, size_t bytes, bool upload) {
-    const size_t chunk_max = TB_VK_STAGING_MAX;
-    size_t want = bytes < chunk_max ? bytes : chunk_max;
-    want = (want + 255) & ~(size_t)255;
-    if (!tb_vk.staging_buffer || ((vk_buffer_record *)tb_vk.staging_buffer)->vk.capacity < want) {
-        if (tb_vk.staging_buffer)
-            destroy_record((vk_buffer_record *)tb_vk.staging_buffer);
-        tb_vk.staging_buffer = NULL;
-        vk_buffer_record *record = NULL;
-        tb_status status = create_record(want, MEMORY_STAGING, &record);
-        if (status != TB_OK)
-            return tb_error_prefix(status, "vulkan: the staging buffer");
-        record->header.engine = &tb_engine_vulkan;
-        record->header.bytes = want;
-        record->header.backend = &record->vk;
-        tb_vk.staging_buffer = &record->header;
-    }
-    const size_t capacity = (size_t)((vk_buffer_record *)tb_vk.staging_buffer)->vk.capacity;
-    for (size_t done = 0; done < bytes;) {
-        const size_t n = bytes - done < capacity ? bytes - done : capacity;
-        if (upload)
-            memcpy(tb_vk.staging_buffer->host, (const char *)host + done, n); /* coherent: the submit publishes it */
-        TB_TRY(staging_copy(buffer, offset + done, n, upload));
-        if (!upload)
-            memcpy((char *)host + done, tb_vk.staging_buffer->host, n);
-        done += n;
-    }
-    return TB_OK;
+void tb_vk_barrier(VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
+                   VkAccessFlags dst_access) {
+    VkMemoryBarrier memory = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = src_access,
+                              .dstAccessMask = dst_access};
+    tb_vk.CmdPipelineBarrier(tb_vk.command_buffer, src_stage, dst_stage, 0, 1, &memory, 0, NULL, 0, NULL);
 }
 
 static tb_status vk_upload(tb_engine_buffer *buffer, size_t offset, const void *src, size_t bytes) {
@@ -296,7 +234,7 @@ static tb_status vk_upload(tb_engine_buffer *buffer, size_t offset, const void *
     if (buffer->host) /* mapped, coherent memory; run() waits, so nothing is in flight */
         memcpy((char *)buffer->host + offset, src, bytes);
     else
-        status = staging_transfer(buffer, offset, (void *)src, bytes, true);
+        status = tb_vk_staged_upload((const tb_vk_record *)buffer, offset, src, bytes);
     pthread_mutex_unlock(&tb_vk_lock);
     return status == TB_OK ? TB_OK : tb_error_prefix(status, "vulkan: uploading %zu bytes", bytes);
 }
@@ -313,7 +251,7 @@ static tb_status vk_download(const tb_engine_buffer *buffer, size_t offset, void
     if (buffer->host)
         memcpy(dst, (const char *)buffer->host + offset, bytes);
     else
-        status = staging_transfer(buffer, offset, dst, bytes, false);
+        status = tb_vk_staged_download((const tb_vk_record *)buffer, offset, dst, bytes);
     pthread_mutex_unlock(&tb_vk_lock);
     return status == TB_OK ? TB_OK : tb_error_prefix(status, "vulkan: downloading %zu bytes", bytes);
 }
@@ -338,6 +276,8 @@ static tb_vk_kernel kernel_of(tb_engine_op_kind kind) {
 static bool supports_locked(const tb_engine_op *op) {
     if (!tb_vk.ready || (unsigned)op->kind >= TB_ENGINE_OP_COUNT)
         return false;
+    if (op->b_format != TB_ENGINE_WEIGHT_F32 && (op->kind != TB_ENGINE_OP_MATMUL || !tb_vk.info.storage_16bit))
+        return false; /* 16-bit weights need storageBuffer16BitAccess */
     size_t extents[5];
     tb_engine_op_extents(op, &extents[0], &extents[1], &extents[2], &extents[3]);
     extents[4] = tb_engine_op_d_extent(op);
@@ -365,7 +305,8 @@ static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
     }
     static const char *const names[TB_VK_KERNEL_COUNT] = {"binary",   "gemv",     "layer_norm",    "matmul",
                                                           "rms_norm", "softmax",  "unary",         "qmatmul",
-                                                          "llm_rope", "llm_attention", "silu_mul"};
+                                                          "llm_rope", "llm_attention", "silu_mul",
+                                                          "matmul_w16", "gemv_w16"};
     /* the subgroup-reduction variant where the device has it (and the kernel reduces), else the plain one */
     char variant[48];
     snprintf(variant, sizeof variant, "%s_subgroup", names[kernel]);
@@ -427,6 +368,7 @@ static bool op_is_empty(const tb_engine_op *op) {
     case TB_ENGINE_OP_QMATMUL: return op->m == 0 || op->n == 0;
     case TB_ENGINE_OP_LLM_ROPE:
     case TB_ENGINE_OP_LLM_ATTENTION: return op->llm.tokens == 0;
+    case TB_ENGINE_OP_COPY: return op->n == 0;
     default: return op->rows == 0;
     }
 }
@@ -439,8 +381,12 @@ static uint32_t groups(int64_t items, int64_t per_group, uint32_t limit) {
 /* Records one op: descriptors, push constants, dispatch. */
 static tb_status record_op(const tb_engine_op *op) {
     VkPipeline pipeline = VK_NULL_HANDLE;
-    bool gemv = op->kind == TB_ENGINE_OP_MATMUL && op->m <= GEMV_MAX_ROWS;
-    TB_TRY(pipeline_for(gemv ? TB_VK_KERNEL_GEMV : kernel_of(op->kind), &pipeline));
+    const bool gemv = op->kind == TB_ENGINE_OP_MATMUL && op->m <= GEMV_MAX_ROWS;
+    const bool w16 = op->kind == TB_ENGINE_OP_MATMUL && op->b_format != TB_ENGINE_WEIGHT_F32;
+    tb_vk_kernel kernel = gemv ? TB_VK_KERNEL_GEMV : kernel_of(op->kind);
+    if (w16)
+        kernel = gemv ? TB_VK_KERNEL_GEMV_W16 : TB_VK_KERNEL_MATMUL_W16;
+    TB_TRY(pipeline_for(kernel, &pipeline));
     VkDescriptorSet set;
     VkDescriptorSetAllocateInfo allocate = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                             .descriptorPool = tb_vk.descriptor_pool, .descriptorSetCount = 1,
@@ -484,6 +430,7 @@ static tb_status record_op(const tb_engine_op *op) {
         push[4] = op->c ? 1u : 0u;
         push[5] = (uint32_t)tb_engine_op_y_stride(op);
         push[6] = (uint32_t)op->y_col0;
+        push[7] = (uint32_t)op->b_format;
         if (gemv) { /* shaders/gemv.comp: a workgroup per column (trans_b) or per 64 columns */
             gx = groups(op->n, op->trans_b ? 1 : 64, limit[0]);
         } else { /* 64x64 tiles (shaders/matmul.comp) */
@@ -546,10 +493,45 @@ static tb_status record_op(const tb_engine_op *op) {
 }
 
 static void barrier(VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
-    memory_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, dst_stage, dst_access);
+    tb_vk_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, dst_stage, dst_access);
 }
 
-static tb_status run_locked(const tb_engine_op *ops, int count) {
+/* A copy op: vkCmdCopyBuffer after earlier shaders' writes (and reads of y), before later shaders. */
+static void record_copy(const tb_engine_op *op) {
+    const VkAccessFlags shader = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    tb_vk_barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, shader, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                  VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    VkBufferCopy region = {.srcOffset = (VkDeviceSize)op->a_offset * sizeof(float),
+                           .dstOffset = (VkDeviceSize)op->y_col0 * sizeof(float),
+                           .size = (VkDeviceSize)op->n * sizeof(float)};
+    tb_vk.CmdCopyBuffer(tb_vk.command_buffer, ((const tb_vk_buffer *)op->a->backend)->buffer,
+                        ((const tb_vk_buffer *)op->y->backend)->buffer, 1, &region);
+    tb_vk_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                  shader);
+}
+
+/* Which downloads go into the run's own submission (staging mode: copies into the staging buffer after
+ * the queued uploads, in order while they fit beside those; offsets[i] = NOT_IN_RUN for the others and
+ * in mapped mode, where a memcpy after the run reads them). Returns how many are in the run. */
+static const VkDeviceSize NOT_IN_RUN = ~(VkDeviceSize)0;
+
+static int downloads_in_run(const tb_engine_download *downloads, int count, VkDeviceSize *offsets) {
+    int taken = 0;
+    for (int i = 0; i < count; i++) {
+        offsets[i] = NOT_IN_RUN;
+        VkDeviceSize at;
+        if (tb_vk.staging && downloads[i].bytes > 0 && downloads[i].bytes <= TB_VK_STAGING_MAX &&
+            tb_vk_staging_reserve(downloads[i].bytes, &at)) {
+            offsets[i] = at;
+            tb_vk.staging_used = at + downloads[i].bytes; /* reserved until the run's submit completes */
+            taken++;
+        }
+    }
+    return taken;
+}
+
+/* One submission: queued uploads, the ops (a barrier between consecutive ones), the downloads. */
+static tb_status run_locked(const tb_engine_op *ops, int count, const tb_engine_download *downloads, int ndownloads) {
     TB_TRY(tb_vk_init_locked());
     int dispatches = 0;
     for (int i = 0; i < count; i++) {
@@ -563,47 +545,106 @@ static tb_status run_locked(const tb_engine_op *ops, int count) {
             return tb_error_prefix(status, "vulkan: op %d (%s)", i, tb_engine_op_kind_name(ops[i].kind));
         dispatches += !op_is_empty(&ops[i]);
     }
-    if (dispatches == 0)
-        return TB_OK;
-    TB_TRY(ensure_descriptor_pool((uint32_t)dispatches));
-    TB_TRY(begin_commands());
+    for (int i = 0; i < ndownloads; i++) {
+        const tb_engine_download *down = &downloads[i];
+        if (!down->buffer || down->buffer->engine != &tb_engine_vulkan || down->offset > down->buffer->bytes ||
+            down->bytes > down->buffer->bytes - down->offset)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "vulkan: download %d is not within a vulkan buffer", i);
+    }
+    VkDeviceSize offsets_small[16], *offsets = offsets_small;
+    if (ndownloads > 16 && !(offsets = malloc(sizeof *offsets * (size_t)ndownloads)))
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "vulkan: out of memory");
+    const VkDeviceSize queued = tb_vk.staging_used;
+    const int batched_downloads = downloads_in_run(downloads, ndownloads, offsets);
+    tb_vk.staging_used = queued; /* the queued uploads' end: recording them resets it */
     tb_status status = TB_OK;
     int recorded = 0;
-    for (int i = 0; i < count && status == TB_OK; i++) {
-        if (op_is_empty(&ops[i]))
-            continue;
-        if (recorded > 0) /* each op sees the previous ones' writes */
-            barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-        status = record_op(&ops[i]);
-        if (status != TB_OK)
-            status = tb_error_prefix(status, "vulkan: op %d (%s)", i, tb_engine_op_kind_name(ops[i].kind));
-        recorded++;
+    if (dispatches > 0 || tb_vk.pending_count > 0 || batched_downloads) {
+        status = ensure_descriptor_pool((uint32_t)(dispatches > 0 ? dispatches : 1));
+        if (status == TB_OK)
+            status = tb_vk_begin_commands();
+        if (status == TB_OK) {
+            const int uploads = tb_vk_record_pending_uploads(); /* before the ops, in the same submit */
+            for (int i = 0; i < count && status == TB_OK; i++) {
+                if (op_is_empty(&ops[i]))
+                    continue;
+                if (ops[i].kind == TB_ENGINE_OP_COPY) { /* a transfer between the shaders around it */
+                    record_copy(&ops[i]);
+                    continue;
+                }
+                if (recorded > 0) /* each op sees the previous ones' writes */
+                    barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+                status = record_op(&ops[i]);
+                if (status != TB_OK)
+                    status = tb_error_prefix(status, "vulkan: op %d (%s)", i, tb_engine_op_kind_name(ops[i].kind));
+                recorded++;
+            }
+            if (batched_downloads) { /* the results, into the staging buffer, for the host */
+                barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+                for (int i = 0; i < ndownloads; i++) {
+                    VkBufferCopy region = {.srcOffset = downloads[i].offset, .dstOffset = offsets[i],
+                                           .size = downloads[i].bytes};
+                    if (offsets[i] != NOT_IN_RUN)
+                        tb_vk.CmdCopyBuffer(tb_vk.command_buffer, ((const tb_vk_buffer *)downloads[i].buffer->backend)->buffer,
+                                            tb_vk.staging_buffer->vk.buffer, 1, &region);
+                }
+                tb_vk_barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                              VK_ACCESS_HOST_READ_BIT);
+            } else {
+                barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT); /* results visible to the mapped pointers */
+            }
+            if (status == TB_OK) {
+                status = tb_vk_end_and_submit();
+            } else {
+                tb_vk.EndCommandBuffer(tb_vk.command_buffer);
+            }
+            if (status == TB_OK) {
+                tb_vk.info.submits++;
+                tb_vk.info.dispatches += (uint64_t)recorded;
+                tb_vk.info.batched_copies += (uint64_t)uploads + (uint64_t)batched_downloads;
+            }
+        }
     }
-    barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT); /* results visible to the mapped pointers */
-    VkResult result = tb_vk.EndCommandBuffer(tb_vk.command_buffer);
-    if (status != TB_OK)
-        return status;
-    if (result != VK_SUCCESS)
-        return tb_vk_fail(result, "vkEndCommandBuffer");
-    TB_TRY(submit_and_wait());
-    tb_vk.info.submits++;
-    tb_vk.info.dispatches += (uint64_t)recorded;
-    return TB_OK;
+    /* first the results in the staging buffer, then the others (whose chunks reuse it) */
+    for (int i = 0; status == TB_OK && i < ndownloads; i++) {
+        const tb_engine_download *down = &downloads[i];
+        tb_vk.info.download_bytes += down->bytes;
+        if (offsets[i] != NOT_IN_RUN)
+            memcpy(down->dst, (const char *)tb_vk.staging_buffer->header.host + offsets[i], down->bytes);
+        else if (down->buffer->host)
+            memcpy(down->dst, (const char *)down->buffer->host + down->offset, down->bytes);
+    }
+    for (int i = 0; status == TB_OK && i < ndownloads; i++)
+        if (offsets[i] == NOT_IN_RUN && !downloads[i].buffer->host && downloads[i].bytes)
+            status = tb_vk_staged_download((const tb_vk_record *)downloads[i].buffer, downloads[i].offset,
+                                           downloads[i].dst, downloads[i].bytes);
+    if (offsets != offsets_small)
+        free(offsets);
+    return status;
 }
 
 static tb_status vk_run(const tb_engine_op *ops, int count) {
     pthread_mutex_lock(&tb_vk_lock);
-    tb_status status = run_locked(ops, count);
+    tb_status status = run_locked(ops, count, NULL, 0);
+    pthread_mutex_unlock(&tb_vk_lock);
+    return status;
+}
+
+static tb_status vk_run_download(const tb_engine_op *ops, int count, const tb_engine_download *downloads,
+                                 int ndownloads) {
+    pthread_mutex_lock(&tb_vk_lock);
+    tb_status status = run_locked(ops, count, downloads, ndownloads);
     pthread_mutex_unlock(&tb_vk_lock);
     return status;
 }
 
 static tb_status vk_synchronize(void) {
     pthread_mutex_lock(&tb_vk_lock);
+    tb_status status = tb_vk.device ? tb_vk_flush_uploads() : TB_OK;
     if (tb_vk.device)
         tb_vk.DeviceWaitIdle(tb_vk.device);
     pthread_mutex_unlock(&tb_vk_lock);
-    return TB_OK;
+    return status;
 }
 
 tb_status tb_engine_vulkan_reset(void) {
@@ -616,6 +657,6 @@ tb_status tb_engine_vulkan_reset(void) {
 const tb_engine tb_engine_vulkan = {
     .name = "vulkan", .init = vk_init, .device_info = vk_device_info, .supports_op = vk_supports,
     .buffer_alloc = vk_alloc, .buffer_free = vk_free, .buffer_upload = vk_upload, .buffer_download = vk_download,
-    .run = vk_run, .synchronize = vk_synchronize,
+    .run = vk_run, .run_download = vk_run_download, .synchronize = vk_synchronize,
 };
 #endif

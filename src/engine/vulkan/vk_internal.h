@@ -17,7 +17,7 @@
 #define TB_VK_GLOBAL_FUNCTIONS(X) X(CreateInstance) X(EnumerateInstanceVersion)
 #define TB_VK_INSTANCE_FUNCTIONS(X)                                                                      \
     X(DestroyInstance) X(EnumeratePhysicalDevices) X(GetPhysicalDeviceProperties)                        \
-    X(GetPhysicalDeviceProperties2) X(GetPhysicalDeviceQueueFamilyProperties)                             \
+    X(GetPhysicalDeviceProperties2) X(GetPhysicalDeviceFeatures2) X(GetPhysicalDeviceQueueFamilyProperties)  \
     X(GetPhysicalDeviceMemoryProperties) X(CreateDevice) X(GetDeviceProcAddr)
 #define TB_VK_DEVICE_FUNCTIONS(X)                                                                        \
     X(DestroyDevice) X(GetDeviceQueue) X(CreateBuffer) X(DestroyBuffer) X(GetBufferMemoryRequirements)   \
@@ -43,6 +43,8 @@ typedef enum tb_vk_kernel {
     TB_VK_KERNEL_LLM_ROPE,
     TB_VK_KERNEL_LLM_ATTENTION,
     TB_VK_KERNEL_SILU_MUL,
+    TB_VK_KERNEL_MATMUL_W16, /* matmul / gemv with 16-bit b (the *_w16 SPIR-V) */
+    TB_VK_KERNEL_GEMV_W16,
     TB_VK_KERNEL_COUNT
 } tb_vk_kernel;
 
@@ -54,7 +56,26 @@ typedef struct tb_vk_buffer {
     VkDeviceSize capacity;
 } tb_vk_buffer;
 
-enum { TB_VK_POOL_SLOTS = 64, TB_VK_BINDINGS = 5, TB_VK_PUSH_BYTES = 64, TB_VK_STAGING_MAX = 16 << 20 };
+/* What the engine hands out: the shared header first (a tb_engine_buffer * is a tb_vk_record *). */
+typedef struct tb_vk_record {
+    tb_engine_buffer header;
+    tb_vk_buffer vk;
+} tb_vk_record;
+
+/* How buffers use memory: engine buffers in staging mode (device-local, unmapped), engine buffers
+ * otherwise (mapped, device-local preferred), the staging buffer (mapped, host-cached preferred for
+ * reading results back). */
+typedef enum tb_vk_memory_use { TB_VK_MEMORY_DEVICE, TB_VK_MEMORY_MAPPED, TB_VK_MEMORY_STAGING } tb_vk_memory_use;
+
+enum { TB_VK_POOL_SLOTS = 64, TB_VK_BINDINGS = 5, TB_VK_PUSH_BYTES = 64, TB_VK_STAGING_MAX = 16 << 20,
+       TB_VK_PENDING_MAX = 256 };
+
+/* A staged upload not yet copied: `bytes` at `staging_offset` of the staging buffer go to `offset` of
+ * `target` when the next run (or a flush) records the copy. */
+typedef struct tb_vk_pending_copy {
+    const tb_vk_record *target;
+    VkDeviceSize staging_offset, offset, bytes;
+} tb_vk_pending_copy;
 
 typedef struct tb_vk_state {
     bool attempted, ready;
@@ -75,7 +96,12 @@ typedef struct tb_vk_state {
     /* staging mode (discrete GPUs, or TORCHBURN_VULKAN_FORCE_STAGING=1): buffers are device-local and
      * uploads/downloads go through `staging` (host-visible, mapped), one transfer submit per chunk */
     bool staging;
-    tb_engine_buffer *staging_buffer; /* created on first transfer, grown up to TB_VK_STAGING_MAX bytes */
+    tb_vk_record *staging_buffer; /* created on first transfer, grown up to TB_VK_STAGING_MAX bytes */
+    /* uploads queued in the staging buffer's first staging_used bytes, recorded into the next run's
+     * command buffer before its ops (so a plan or an LLM step is one submit), or flushed alone */
+    tb_vk_pending_copy pending[TB_VK_PENDING_MAX];
+    int pending_count;
+    VkDeviceSize staging_used;
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipeline_layout;
     VkPipeline pipelines[TB_VK_KERNEL_COUNT]; /* created on first use */
@@ -101,6 +127,32 @@ tb_status tb_vk_init_locked(void);
 tb_status tb_vk_shutdown_locked(void);
 /* Releases the pooled free buffers. Caller holds the lock. */
 void tb_vk_pool_drain_locked(void);
+
+/* Buffers and command recording (vk_engine.c); callers hold the lock. */
+tb_status tb_vk_record_create(VkDeviceSize capacity, tb_vk_memory_use use, tb_vk_record **out);
+void tb_vk_record_destroy(tb_vk_record *record);
+tb_status tb_vk_begin_commands(void);
+tb_status tb_vk_end_and_submit(void); /* ends the command buffer, submits it and waits on the fence */
+void tb_vk_barrier(VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
+                   VkAccessFlags dst_access);
+
+/* Staging mode (vk_staging.c); callers hold the lock. Uploads of at most TB_VK_STAGING_MAX bytes are
+ * queued (src is copied at once); larger ones, and downloads outside a run, are chunked transfers of
+ * their own (each a submit counted in info.transfers). */
+tb_status tb_vk_staged_upload(const tb_vk_record *target, size_t offset, const void *src, size_t bytes);
+tb_status tb_vk_staged_download(const tb_vk_record *source, size_t offset, void *dst, size_t bytes);
+/* Submits the queued uploads alone (no-op when none). */
+tb_status tb_vk_flush_uploads(void);
+/* Whether a queued upload targets `record` (freeing it must flush first). */
+bool tb_vk_pending_targets(const tb_vk_record *record);
+/* Into the command buffer being recorded: the queued uploads with their barriers (earlier shader work ->
+ * copies -> later shaders and transfers). Returns how many; the queue is empty afterwards. */
+int tb_vk_record_pending_uploads(void);
+/* Room for `bytes` after the queued uploads in the staging buffer (grown up to TB_VK_STAGING_MAX,
+ * keeping the queued bytes): its offset in *offset, or false when it does not fit. */
+bool tb_vk_staging_reserve(size_t bytes, VkDeviceSize *offset);
+/* Drops the queue and the staging buffer (engine shutdown). */
+void tb_vk_staging_release(void);
 
 /* "vkCreateBuffer failed: VK_ERROR_OUT_OF_DEVICE_MEMORY" and the matching status. */
 tb_status tb_vk_fail(VkResult result, const char *what);

@@ -3,18 +3,28 @@
 // summing a strided slice of K, then a shared-memory tree; reads along K are coalesced.
 // Otherwise (B = b[K,N]): one thread per column summing K in order; reads along N are coalesced.
 // Columns are grid-strided.
+// variants: w16 (B as 16-bit words: bf16/f16 weights kept 16-bit on the device)
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifdef TB_W16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
 #define TB_WG 64u
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
 layout(std430, set = 0, binding = 0) readonly buffer InputA { float a[]; };
+#ifdef TB_W16
+layout(std430, set = 0, binding = 1) readonly buffer InputB { uint16_t b[]; };
+#else
 layout(std430, set = 0, binding = 1) readonly buffer InputB { float b[]; };
+#endif
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Output { float y[]; };
 // y_stride, y_col0: the output is columns [y_col0, y_col0 + n) of rows y_stride floats apart
-layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; uint y_stride; uint y_col0; } p;
+layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; uint y_stride; uint y_col0;
+                                      uint b_format; } p;
+#include "weights16.glsl"
 
 shared float tb_scratch[TB_WG];
 #include "reduce.glsl"
@@ -26,7 +36,7 @@ void main() {
             for (uint row = 0u; row < p.m; row++) {
                 float s = 0.0;
                 for (uint kk = t; kk < p.k; kk += TB_WG)
-                    s = fma(a[row * p.k + kk], b[col * p.k + kk], s);
+                    s = fma(a[row * p.k + kk], load_b(col * p.k + kk), s);
                 s = tb_workgroup_sum(s);
                 if (t == 0u)
                     y[row * p.y_stride + p.y_col0 + col] = p.has_bias != 0u ? s + bias[col] : s;
@@ -37,7 +47,7 @@ void main() {
             for (uint row = 0u; row < p.m; row++) {
                 float s = 0.0;
                 for (uint kk = 0u; kk < p.k; kk++)
-                    s = fma(a[row * p.k + kk], b[kk * p.n + col], s);
+                    s = fma(a[row * p.k + kk], load_b(kk * p.n + col), s);
                 y[row * p.y_stride + p.y_col0 + col] = p.has_bias != 0u ? s + bias[col] : s;
             }
         }

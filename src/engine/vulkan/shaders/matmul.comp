@@ -2,15 +2,26 @@
 // workgroup, 4x4 outputs per thread (rows ty + 16i, columns tx + 16j), K in steps of 16 through 8 KiB of
 // shared memory. Each output sums k in order with fma. Tiles are grid-strided over both dispatch
 // dimensions, so no dispatch needs more than maxComputeWorkGroupCount.
+// variants: w16 (B as 16-bit words: bf16/f16 weights kept 16-bit on the device)
 #version 450
+#extension GL_GOOGLE_include_directive : require
+#ifdef TB_W16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
 
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(std430, set = 0, binding = 0) readonly buffer InputA { float a[]; };
+#ifdef TB_W16
+layout(std430, set = 0, binding = 1) readonly buffer InputB { uint16_t b[]; };
+#else
 layout(std430, set = 0, binding = 1) readonly buffer InputB { float b[]; };
+#endif
 layout(std430, set = 0, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Output { float y[]; };
 // y_stride, y_col0: the output is columns [y_col0, y_col0 + n) of rows y_stride floats apart
-layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; uint y_stride; uint y_col0; } p;
+layout(push_constant) uniform Params { uint m; uint n; uint k; uint trans_b; uint has_bias; uint y_stride; uint y_col0;
+                                      uint b_format; } p;
+#include "weights16.glsl"
 
 shared float tile_a[16][64]; // [k][row in tile]
 shared float tile_b[16][64]; // [k][column in tile]
@@ -39,7 +50,7 @@ void main() {
                     uint gc = tn * 64u + col, gkb = k0 + kb;
                     float bv = 0.0;
                     if (gc < p.n && gkb < p.k)
-                        bv = p.trans_b != 0u ? b[gc * p.k + gkb] : b[gkb * p.n + gc];
+                        bv = p.trans_b != 0u ? load_b(gc * p.k + gkb) : load_b(gkb * p.n + gc);
                     tile_b[kb][col] = bv;
                 }
                 barrier();
