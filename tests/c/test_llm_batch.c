@@ -439,24 +439,26 @@ static void test_pool_eviction(const tb_llm_model *model) {
     TB_CHECK(tb_llm_kv_pool_new(model, false, 0, 0, &pool) == TB_ERR_INVALID_ARGUMENT && !pool);
 }
 
-/* Out of blocks in the engine: of two requests that do not both fit, the later one fails alone with
- * TB_ERR_OUT_OF_MEMORY ("the KV cache is full"); the earlier finishes with exactly its tokens alone. */
-static void test_engine_exhaustion(const tb_llm_model *model, const char *what) {
-    enum { PROMPT = 60, NEW = 30 };
-    static int32_t prompts[2][PROMPT];
-    fill_tokens(prompts[0], PROMPT, 21);
-    fill_tokens(prompts[1], PROMPT, 22);
+/* Out of blocks in the engine: two requests that do not both fit in kv_blocks (each alone does). One fails
+ * alone with TB_ERR_OUT_OF_MEMORY ("the KV cache is full"); the other finishes with exactly its tokens
+ * alone, and the engine serves the failed one afterwards. (60 + 30 positions in 6 blocks: the second runs
+ * out while prefilling; 16 + 150 in 16 blocks: both run out together in lockstep decode steps, where the
+ * next position's block is reserved per slot, so only one of them fails.) */
+static void test_engine_exhaustion(const tb_llm_model *model, const char *what, int64_t prompt, int64_t tokens,
+                                   int64_t kv_blocks) {
+    static int32_t prompts[2][64];
+    fill_tokens(prompts[0], prompt, 21);
+    fill_tokens(prompts[1], prompt, 22);
     outcome alone[2], together[2];
     memset(alone, 0, sizeof alone);
     memset(together, 0, sizeof together);
     tb_llm_batch_request r[2];
     for (int i = 0; i < 2; i++) {
-        r[i] = (tb_llm_batch_request){.prompt = prompts[i], .prompt_count = PROMPT, .max_tokens = NEW, .logprobs = 0};
+        r[i] = (tb_llm_batch_request){.prompt = prompts[i], .prompt_count = prompt, .max_tokens = tokens, .logprobs = 0};
         tb_llm_sampling_default(&r[i].sampling);
     }
-    /* 6 blocks = 96 positions: one request (90 positions) fits, two do not; fresh engines (no cached
-     * prefix), so the first admitted prefills first and the second runs out while prefilling */
-    tb_llm_batch_options options = {.slots = 2, .ctx_size = 200, .prefill_chunk = 16, .kv_blocks = 6};
+    /* fresh engines (no cached prefix) */
+    tb_llm_batch_options options = {.slots = 2, .ctx_size = 200, .prefill_chunk = 16, .kv_blocks = kv_blocks};
     tb_llm_batch *b = NULL;
     for (int i = 0; i < 2; i++) {
         TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_OK);
@@ -499,24 +501,26 @@ static void test_engine_exhaustion(const tb_llm_model *model, const char *what) 
                 }
     }
     TB_CHECK(done == 2);
-    TB_CHECK_MSG(!together[0].failed && together[0].count == alone[0].count &&
-                     memcmp(together[0].tokens, alone[0].tokens, sizeof(int32_t) * (size_t)alone[0].count) == 0 &&
-                     memcmp(together[0].logprobs, alone[0].logprobs, sizeof(float) * (size_t)alone[0].count) == 0,
-                 "%s: the request that fit did not finish as alone", what);
-    TB_CHECK_MSG(together[1].failed && together[1].finish == TB_LLM_FINISH_ABORTED &&
+    const int lost = together[1].failed ? 1 : 0, kept = 1 - lost;
+    TB_CHECK_MSG(together[lost].failed && !together[kept].failed && together[lost].finish == TB_LLM_FINISH_ABORTED &&
                      status == TB_ERR_OUT_OF_MEMORY && strstr(message, "KV cache is full"),
-                 "%s: the request that did not fit: failed %d status %s message '%s'", what, (int)together[1].failed,
+                 "%s (%lld + %lld in %lld blocks): failed %d/%d status %s message '%s'", what, (long long)prompt,
+                 (long long)tokens, (long long)kv_blocks, (int)together[0].failed, (int)together[1].failed,
                  tb_status_name(status), message);
+    TB_CHECK_MSG(together[kept].count == alone[kept].count &&
+                     memcmp(together[kept].tokens, alone[kept].tokens, sizeof(int32_t) * (size_t)alone[kept].count) == 0 &&
+                     memcmp(together[kept].logprobs, alone[kept].logprobs, sizeof(float) * (size_t)alone[kept].count) == 0,
+                 "%s: the request that kept running did not finish as alone", what);
     tb_llm_batch_stats stats;
     tb_llm_batch_get_stats(b, &stats);
-    TB_CHECK(stats.kv_blocks == 6 && stats.kv_blocks_in_use == 0 && stats.active == 0);
+    TB_CHECK(stats.kv_blocks == kv_blocks && stats.kv_blocks_in_use == 0 && stats.active == 0);
     /* the engine goes on: the failed request alone now fits and gives its own tokens */
     outcome retry;
     memset(&retry, 0, sizeof retry);
-    TB_CHECK(tb_llm_batch_submit(b, &r[1], &retry.id) == TB_OK);
+    TB_CHECK(tb_llm_batch_submit(b, &r[lost], &retry.id) == TB_OK);
     collect(b, &retry, 1);
-    TB_CHECK(!retry.failed && retry.count == alone[1].count &&
-             memcmp(retry.tokens, alone[1].tokens, sizeof(int32_t) * (size_t)alone[1].count) == 0);
+    TB_CHECK(!retry.failed && retry.count == alone[lost].count &&
+             memcmp(retry.tokens, alone[lost].tokens, sizeof(int32_t) * (size_t)alone[lost].count) == 0);
     tb_llm_batch_free(b);
     options.kv_blocks = -1;
     TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "kv_blocks"));
@@ -531,7 +535,8 @@ static void test_engine(const char *dir, tb_llm_quant quant) {
     test_step_logits(model, tb_llm_quant_name(quant));
     test_pool_sharing(model, tb_llm_quant_name(quant));
     test_pool_eviction(model);
-    test_engine_exhaustion(model, tb_llm_quant_name(quant));
+    test_engine_exhaustion(model, tb_llm_quant_name(quant), 60, 30, 6);
+    test_engine_exhaustion(model, tb_llm_quant_name(quant), 16, 150, 16);
     prompt_set p = {.n = MAX_REQUESTS};
     for (int i = 0; i < p.n; i++) { /* lengths 3..113; requests 4.. share a 40-token prefix with request 3 */
         p.lengths[i] = 3 + (i * 37) % 111;
