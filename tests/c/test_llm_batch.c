@@ -172,6 +172,8 @@ typedef struct outcome {
     int64_t count, reused;
     tb_llm_finish finish;
     bool failed;
+    tb_status status; /* of a failed request, with its message */
+    char error[160];
 } outcome;
 
 /* Waits for the final events of requests out[0..n) (ids set), collecting their tokens. */
@@ -194,6 +196,8 @@ static void collect(tb_llm_batch *b, outcome *out, int n) {
                     out[i].finish = events[e].finish;
                     out[i].failed = events[e].failed;
                     out[i].reused = events[e].reused_tokens;
+                    out[i].status = events[e].status;
+                    snprintf(out[i].error, sizeof out[i].error, "%s", events[e].error);
                     done++;
                 }
             }
@@ -474,34 +478,10 @@ static void test_engine_exhaustion(const tb_llm_model *model, const char *what, 
         return;
     for (int i = 0; i < 2; i++)
         TB_CHECK(tb_llm_batch_submit(b, &r[i], &together[i].id) == TB_OK);
-    tb_llm_batch_event events[32];
-    int done = 0;
-    tb_status status = TB_OK;
-    char message[160] = "";
-    for (int spins = 0; done < 2 && spins < 20000; spins++) {
-        if (!tb_llm_batch_wait(b, 0.05))
-            continue;
-        const int64_t got = tb_llm_batch_poll(b, events, 32);
-        for (int64_t e = 0; e < got; e++)
-            for (int i = 0; i < 2; i++)
-                if (events[e].id == together[i].id) {
-                    if (events[e].token >= 0 && together[i].count < MAX_OUT) {
-                        together[i].logprobs[together[i].count] = events[e].logprob;
-                        together[i].tokens[together[i].count++] = events[e].token;
-                    }
-                    if (events[e].finish != TB_LLM_FINISH_NONE) {
-                        together[i].failed = events[e].failed;
-                        together[i].finish = events[e].finish;
-                        if (events[e].failed) {
-                            status = events[e].status;
-                            snprintf(message, sizeof message, "%s", events[e].error);
-                        }
-                        done++;
-                    }
-                }
-    }
-    TB_CHECK(done == 2);
+    collect(b, together, 2);
     const int lost = together[1].failed ? 1 : 0, kept = 1 - lost;
+    const tb_status status = together[lost].status;
+    const char *message = together[lost].error;
     TB_CHECK_MSG(together[lost].failed && !together[kept].failed && together[lost].finish == TB_LLM_FINISH_ABORTED &&
                      status == TB_ERR_OUT_OF_MEMORY && strstr(message, "KV cache is full"),
                  "%s (%lld + %lld in %lld blocks): failed %d/%d status %s message '%s'", what, (long long)prompt,
