@@ -1,8 +1,9 @@
 /* Continuous batching: one engine thread serves many generation requests on one model. N slots each hold a
- * sequence's KV cache (a tb_llm_session); every step runs prompt chunks of prefilling requests (one, or as
+ * sequence (a tb_llm_session whose KV cache is a block table into one pool shared by all slots); every step runs prompt chunks of prefilling requests (one, or as
  * many as a per-step token budget allows) and one token of every decoding request together (the matmuls take M = decoding sequences, so weights are read
  * once per step for all of them); requests join between steps and leave when finished or cancelled. A new
- * request reuses the longest cached prompt prefix found in any slot (copied when it is another slot's).
+ * request maps the longest cached prompt prefix (whole blocks published by earlier prompts, kept after their
+ * request left until the pool needs the room) into its table without copying.
  *
  * Contract (docs/serving.md): a request's tokens depend only on its own prompt, sampling settings and seed,
  * never on what else runs in the engine: batched decode rows round exactly like a single-sequence decode,
@@ -36,6 +37,11 @@ typedef struct tb_llm_batch_options {
     /* the model's tokenizer, read once at creation for the bytes of every token id
      * (tb_tokenizer_token_bytes); needed by constrained requests only, may be NULL */
     const tb_tokenizer *tokenizer;
+    /* KV pool bound in blocks of 16 positions (keys and values of every layer and KV head), allocated as
+     * used; 0 means slots x ceil(ctx_size / 16) (every slot full). In [1, 2^28]. A request that needs a
+     * block while all are held by running requests fails alone (TB_ERR_OUT_OF_MEMORY, "the KV cache is
+     * full"). GPU models keep per-slot caches on the device and ignore it. */
+    int64_t kv_blocks;
 } tb_llm_batch_options;
 
 /* What the generated text must be. JSON_OBJECT: one JSON object (src/llm/llm_json.h: it starts with '{'
@@ -62,7 +68,9 @@ typedef struct tb_llm_batch_event {
     uint64_t id;
     int32_t token;        /* the produced token, or -1 (a final event without a token: cancelled or failed) */
     tb_llm_finish finish; /* NONE while more tokens follow; STOP, LENGTH or ABORTED (cancel, failure) last */
-    bool failed;          /* the engine hit an error; tb_llm_batch_stats.last_error says which */
+    bool failed;          /* the engine hit an error on this request: status and error say which */
+    tb_status status;     /* TB_OK, or the failure (TB_ERR_OUT_OF_MEMORY: the KV cache is full or memory ran out) */
+    char error[160];      /* the failure's message (final event of a failed request) */
     float logprob;        /* log softmax of the model's logits at `token` (when logprobs >= 0) */
     int32_t top_count;
     int32_t top_ids[TB_LLM_BATCH_TOP_LOGPROBS];
@@ -80,8 +88,12 @@ typedef struct tb_llm_batch_stats {
     int64_t prefill_tokens_run;             /* prompt tokens actually run (prompt_tokens - reused) */
     int64_t decode_steps, decode_rows;      /* steps and sequences summed over them */
     double prefill_seconds, decode_seconds; /* engine time in prompt chunks / batched decode steps */
-    int64_t kv_positions_used, kv_positions_capacity; /* cached positions over all slots / slots x ctx_size */
+    int64_t kv_positions_used, kv_positions_capacity; /* positions held by slots / kv_blocks x 16 */
     int64_t kv_bytes;                       /* KV bytes allocated now */
+    /* the pool: its bound, blocks with memory, held by a request (refcount > 0), held by more than one,
+     * cached (no holder, a published prefix kept for reuse), evicted so far; all 0 on GPU models */
+    int64_t kv_blocks, kv_blocks_allocated, kv_blocks_in_use, kv_blocks_shared, kv_blocks_cached,
+        kv_blocks_evicted;
     char last_error[256];
 } tb_llm_batch_stats;
 

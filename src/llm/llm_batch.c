@@ -1,14 +1,18 @@
 /* The continuous-batching engine (contract in torchburn/llm_batch.h): a queue of requests, N slots each
- * owning a session, and one engine thread that loops: under the lock, hand out events, honour cancels,
- * release finished slots and admit queued requests into free ones; then, unlocked, pick each new request's
- * cached prefix, run aligned prompt chunks (one, or as many as the per-step token budget batch_tokens
+ * owning a session whose KV cache is a block table into the engine's pool (llm_kv_pool.h), and one engine
+ * thread that loops: under the lock, hand out events, honour cancels, release finished slots (their
+ * published prefix blocks stay cached in the pool) and admit queued requests into free ones; then,
+ * unlocked, map each new request's cached prefix, run aligned prompt chunks (one, or as many as the per-step token budget batch_tokens
  * leaves beside the decoding rows, longest-waiting request first) and one batched decode step of every
  * decoding slot, sample, and record events.
  *
  * Determinism: a slot's "canonical" length counts its leading positions that were computed by whole
  * prefill chunks [k P, (k + 1) P) (P = prefill_chunk) from a canonical prefix; only those are reused, and
  * only in multiples of P, so a reused prefix holds exactly the bits a fresh prefill would compute. Decode
- * rows are row-independent (llm_batch_forward.c). Hence the tokens of a request never depend on its
+ * rows are row-independent (llm_batch_forward.c). The whole blocks of canonical chunks are published in
+ * the pool under (parent block, 16 token ids); a request maps the chain of published blocks matching its
+ * prompt, rounded down to whole chunks, before each of its chunks (so a prefix another slot has just
+ * computed is picked up too). GPU models (no pool) reuse only their own slot's cached prefix. Hence the tokens of a request never depend on its
  * neighbours, on the order of arrival, or on which slot served an earlier request. */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +26,7 @@
 
 #include "llm/llm_batch_internal.h"
 #include "llm/llm_json.h"
+#include "llm/llm_kv_pool.h"
 #include "torchburn/alloc.h"
 #include "torchburn/llm_batch.h"
 
@@ -74,6 +79,9 @@ struct tb_llm_batch {
     double prefill_seconds, decode_seconds; /* engine-side counters, published under the lock */
     int64_t prefill_chunks, prefill_steps;
     int64_t decode_steps, decode_rows;
+    int64_t reused_tokens, prefix_hits, prefill_tokens_run;
+    tb_llm_kv_pool *pool; /* NULL for GPU models */
+    int32_t *found;       /* [ceil(ctx_size / 16)] prefix lookup scratch */
     tb_llm_step_scratch scratch;
     tb_llm_token_table tokens; /* bytes per token id (empty without options.tokenizer) */
     float *logits; /* [slots, V] */
@@ -176,28 +184,68 @@ static int64_t reusable(const tb_llm_batch *b, const slot *s, const request *r) 
     return n / p * p;
 }
 
-/* Engine thread: picks the cached prefix of a newly admitted slot (its own or a copy of another slot's). */
+/* Engine thread, pooled: while everything slot s holds is canonical and chunk-aligned, maps the published
+ * blocks that continue its prompt (whole chunks of them, leaving the last prompt token to run) into its
+ * table. Called before each of its chunks, so a prefix computed meanwhile by another slot is used too. */
+static tb_status extend_prefix(tb_llm_batch *b, slot *s) {
+    const request *r = s->req;
+    const int64_t p = b->options.prefill_chunk, per_chunk = p / TB_LLM_KEY_BLOCK;
+    if (!b->pool || s->prefilled != s->canonical || s->prefilled % p != 0)
+        return TB_OK;
+    int64_t held;
+    const int32_t *table = tb_llm_session_table(s->session, &held);
+    int32_t parent = held > 0 ? table[held - 1] : -1;
+    int64_t n = 0;
+    for (int64_t j = held; j < (r->prompt_count - 1) / TB_LLM_KEY_BLOCK; j++) {
+        const int32_t block = tb_llm_kv_pool_find(b->pool, parent, r->prompt + j * TB_LLM_KEY_BLOCK);
+        if (block < 0)
+            break;
+        b->found[n++] = parent = block;
+    }
+    n = n / per_chunk * per_chunk;
+    if (n == 0)
+        return TB_OK;
+    TB_TRY(tb_llm_session_share(s->session, b->found, n, r->prompt + held * TB_LLM_KEY_BLOCK));
+    const int64_t positions = n * TB_LLM_KEY_BLOCK;
+    b->prefix_hits += s->reused == 0;
+    b->reused_tokens += positions;
+    b->prefill_tokens_run -= positions;
+    s->prefilled += positions;
+    s->canonical = s->prefilled;
+    s->reused += positions;
+    return TB_OK;
+}
+
+/* Engine thread, pooled: publishes the whole blocks of s's canonical chunk [begin, end); where an equal
+ * block was published first (another slot computed the same prefix meanwhile) the table takes that one. */
+static void publish_chunk(tb_llm_batch *b, slot *s, int64_t begin, int64_t end) {
+    int64_t held;
+    int32_t *table = tb_llm_session_table(s->session, &held);
+    int32_t parent = begin > 0 ? table[begin / TB_LLM_KEY_BLOCK - 1] : -1;
+    for (int64_t j = begin / TB_LLM_KEY_BLOCK; j < end / TB_LLM_KEY_BLOCK; j++) {
+        const int32_t published = tb_llm_kv_pool_publish(b->pool, table[j], parent, s->req->prompt + j * TB_LLM_KEY_BLOCK);
+        if (published != table[j]) { /* the same bits: hold the published one, free ours */
+            tb_llm_kv_pool_ref(b->pool, published);
+            tb_llm_kv_pool_release(b->pool, table[j]);
+            table[j] = published;
+        }
+        parent = table[j];
+    }
+}
+
+/* Engine thread: picks the cached prefix of a newly admitted slot (pooled: published blocks; GPU: its own
+ * cache's). */
 static tb_status start_slot(tb_llm_batch *b, slot *s) {
     request *r = s->req;
-    int64_t own = reusable(b, s, r), best = own;
-    const slot *source = NULL;
-    for (int64_t i = 0; i < b->options.slots; i++) {
-        const slot *other = &b->slots[i];
-        if (other == s || other->state == SLOT_ADMITTED)
-            continue;
-        const int64_t n = reusable(b, other, r);
-        if (n > best) {
-            best = n;
-            source = other;
-        }
-    }
-    if (source)
-        TB_TRY(tb_llm_session_copy_prefix(s->session, source->session, best));
-    else
-        TB_TRY(tb_llm_session_truncate(s->session, own));
-    s->canonical = best;
-    s->prefilled = best;
-    s->reused = best;
+    const int64_t own = b->pool ? 0 : reusable(b, s, r);
+    TB_TRY(tb_llm_session_truncate(s->session, own));
+    s->canonical = own;
+    s->prefilled = own;
+    s->reused = own;
+    b->prefix_hits += own > 0;
+    b->reused_tokens += own;
+    b->prefill_tokens_run += r->prompt_count - own;
+    TB_TRY(extend_prefix(b, s));
     s->produced = 0;
     s->pending = -1;
     tb_llm_sampler_free(s->sampler);
@@ -213,11 +261,15 @@ static tb_status start_slot(tb_llm_batch *b, slot *s) {
     return TB_OK;
 }
 
-static void fail_slot(tb_llm_batch *b, slot *s) {
+/* Engine thread: ends slot s's request with the error `status` (its message is the thread's). */
+static void fail_slot(tb_llm_batch *b, slot *s, tb_status status) {
     snprintf(b->error, sizeof b->error, "%s", tb_error_message());
     tb_llm_batch_event e;
     final_event(b, s, s->req, -1, TB_LLM_FINISH_ABORTED, &e);
     e.failed = true;
+    e.status = status != TB_OK ? status : TB_ERR_INTERNAL;
+    snprintf(e.error, sizeof e.error, "%s", tb_error_message());
+    tb_error_clear();
     push_local(b, &e);
     if (tb_llm_session_truncate(s->session, 0) != TB_OK) /* cannot fail: 0 is always a valid length */
         tb_error_clear();
@@ -340,14 +392,17 @@ static void run_chunk(tb_llm_batch *b, slot *s) {
     b->prefill_seconds += now_seconds() - start;
     b->prefill_chunks++;
     if (status != TB_OK) {
-        fail_slot(b, s);
+        fail_slot(b, s, status);
         return;
     }
     s->prefilled = end;
-    if (end % p == 0 && s->canonical == begin)
+    if (end % p == 0 && s->canonical == begin) {
         s->canonical = end;
-    if (last && take_token(b, s, b->logits) != TB_OK)
-        fail_slot(b, s);
+        if (b->pool)
+            publish_chunk(b, s, begin, end);
+    }
+    if (last && (status = take_token(b, s, b->logits)) != TB_OK)
+        fail_slot(b, s, status);
 }
 
 /* Engine thread: the prompt chunks of this step, oldest admitted request first. Without a token budget one
@@ -364,6 +419,11 @@ static void prefill_step(tb_llm_batch *b) {
                 s = &b->slots[i];
         if (!s)
             return;
+        const tb_status status = extend_prefix(b, s); /* a prefix published since the last chunk */
+        if (status != TB_OK) {
+            fail_slot(b, s, status);
+            continue;
+        }
         const int64_t tokens = chunk_end(b, s) - s->prefilled;
         if (!first && tokens > budget)
             return;
@@ -380,6 +440,13 @@ static void decode_step(tb_llm_batch *b) {
     int64_t m = 0;
     for (int64_t i = 0; i < b->options.slots; i++)
         if (b->slots[i].state == SLOT_DECODE) {
+            /* the next position's block, per slot: one that cannot get it fails alone */
+            slot *s = &b->slots[i];
+            const tb_status status = tb_llm_session_reserve(s->session, tb_llm_session_length(s->session) + 1);
+            if (status != TB_OK) {
+                fail_slot(b, s, status);
+                continue;
+            }
             b->step_slots[m] = i;
             b->step_sessions[m] = b->slots[i].session;
             b->step_tokens[m++] = b->slots[i].pending;
@@ -391,10 +458,19 @@ static void decode_step(tb_llm_batch *b) {
     b->decode_seconds += now_seconds() - start;
     b->decode_steps++;
     b->decode_rows += m;
+    const char *step_error = status != TB_OK ? tb_error_message() : NULL;
+    char message[256];
+    if (step_error)
+        snprintf(message, sizeof message, "%s", step_error);
     for (int64_t j = 0; j < m; j++) {
         slot *s = &b->slots[b->step_slots[j]];
-        if (status != TB_OK || take_token(b, s, b->logits + j * b->model->vocab) != TB_OK)
-            fail_slot(b, s);
+        tb_status row = status;
+        if (row != TB_OK)
+            tb_error_set(row, "%s", message);
+        else
+            row = take_token(b, s, b->logits + j * b->model->vocab);
+        if (row != TB_OK)
+            fail_slot(b, s, row);
     }
 }
 
@@ -425,6 +501,11 @@ static bool exchange(tb_llm_batch *b) {
             request_free(s->req);
             s->req = NULL;
             s->state = SLOT_FREE;
+            /* pooled: the blocks go back (published prefix blocks stay cached); cannot fail for 0 */
+            if (b->pool && tb_llm_session_truncate(s->session, 0) != TB_OK)
+                tb_error_clear();
+            if (b->pool)
+                s->canonical = 0;
         }
     }
     for (request **link = &b->queue_head; *link;) {
@@ -484,7 +565,21 @@ static bool exchange(tb_llm_batch *b) {
     const tb_llm_model *m = b->model;
     b->stats.active = active;
     b->stats.kv_positions_used = used;
-    b->stats.kv_bytes = used * 2 * m->n_layers * m->n_kv_heads * m->head_dim * (b->options.kv_f16 ? 2 : 4);
+    b->stats.reused_tokens = b->reused_tokens;
+    b->stats.prefix_hits = b->prefix_hits;
+    b->stats.prefill_tokens_run = b->prefill_tokens_run;
+    if (b->pool) {
+        tb_llm_kv_pool_stats pool;
+        tb_llm_kv_pool_get_stats(b->pool, &pool);
+        b->stats.kv_bytes = pool.bytes;
+        b->stats.kv_blocks_allocated = pool.allocated;
+        b->stats.kv_blocks_in_use = pool.in_use;
+        b->stats.kv_blocks_shared = pool.shared;
+        b->stats.kv_blocks_cached = pool.cached;
+        b->stats.kv_blocks_evicted = pool.evictions;
+    } else {
+        b->stats.kv_bytes = used * 2 * m->n_layers * m->n_kv_heads * m->head_dim * (b->options.kv_f16 ? 2 : 4);
+    }
     memcpy(b->stats.last_error, b->error, sizeof b->error);
     return active > 0;
 }
@@ -505,16 +600,12 @@ static void *engine_main(void *context) {
             slot *s = &b->slots[i];
             if (s->state != SLOT_ADMITTED)
                 continue;
-            if (start_slot(b, s) != TB_OK) {
-                fail_slot(b, s);
-                continue;
-            }
             pthread_mutex_lock(&b->lock);
             b->stats.prompt_tokens += s->req->prompt_count;
-            b->stats.reused_tokens += s->reused;
-            b->stats.prefill_tokens_run += s->req->prompt_count - s->reused;
-            b->stats.prefix_hits += s->reused > 0;
             pthread_mutex_unlock(&b->lock);
+            const tb_status status = start_slot(b, s);
+            if (status != TB_OK)
+                fail_slot(b, s, status);
         }
         prefill_step(b);
         decode_step(b);
@@ -539,6 +630,9 @@ static tb_status check_options(const tb_llm_model *model, const tb_llm_batch_opt
         return tb_error_set(TB_ERR_INVALID_ARGUMENT,
                             "llm batch: prefill_chunk must be a multiple of 16 in [16, 1024] (or 0), got %lld",
                             (long long)o->prefill_chunk);
+    if (o->kv_blocks < 0 || o->kv_blocks > ((int64_t)1 << 28))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: kv_blocks must be 0 or in [1, 268435456], got %lld",
+                            (long long)o->kv_blocks);
     const int64_t chunk = o->prefill_chunk ? o->prefill_chunk : 64;
     if (o->batch_tokens != 0 && (o->batch_tokens < chunk || o->batch_tokens > 65536))
         return tb_error_set(TB_ERR_INVALID_ARGUMENT,
@@ -567,11 +661,18 @@ tb_status tb_llm_batch_new(const tb_llm_model *model, const tb_llm_batch_options
     b->step_sessions = calloc((size_t)n, sizeof *b->step_sessions);
     b->step_tokens = calloc((size_t)n, sizeof *b->step_tokens);
     b->step_slots = calloc((size_t)n, sizeof *b->step_slots);
-    tb_status status = b->slots && b->step_sessions && b->step_tokens && b->step_slots
+    const int64_t ctx_blocks = (b->options.ctx_size + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK;
+    if (b->options.kv_blocks == 0)
+        b->options.kv_blocks = n * ctx_blocks;
+    b->found = malloc((size_t)ctx_blocks * sizeof *b->found);
+    tb_status status = b->slots && b->step_sessions && b->step_tokens && b->step_slots && b->found
                            ? TB_OK
                            : tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory");
+    if (status == TB_OK && !model->gpu)
+        status = tb_llm_kv_pool_new(model, b->options.kv_f16, b->options.kv_blocks, 0, &b->pool);
     for (int64_t i = 0; status == TB_OK && i < n; i++)
-        status = tb_llm_session_new(model, b->options.ctx_size, b->options.kv_f16, &b->slots[i].session);
+        status = b->pool ? tb_llm_session_new_pooled(model, b->options.ctx_size, b->pool, &b->slots[i].session)
+                         : tb_llm_session_new(model, b->options.ctx_size, b->options.kv_f16, &b->slots[i].session);
     if (status == TB_OK)
         status = tb_alloc((size_t)(n * model->vocab) * sizeof(float), TB_ALLOC_DEFAULT, (void **)&b->logits);
     if (status == TB_OK && options->tokenizer)
@@ -587,7 +688,8 @@ tb_status tb_llm_batch_new(const tb_llm_model *model, const tb_llm_batch_options
     b->stats.ctx_size = b->options.ctx_size;
     b->stats.prefill_chunk = b->options.prefill_chunk;
     b->stats.batch_tokens = b->options.batch_tokens;
-    b->stats.kv_positions_capacity = n * b->options.ctx_size;
+    b->stats.kv_positions_capacity = b->pool ? b->options.kv_blocks * TB_LLM_KEY_BLOCK : n * b->options.ctx_size;
+    b->stats.kv_blocks = b->pool ? b->options.kv_blocks : 0;
     if (status == TB_OK) {
         const int error = pthread_create(&b->thread, NULL, engine_main, b);
         if (error != 0)
@@ -626,6 +728,8 @@ void tb_llm_batch_free(tb_llm_batch *b) {
     for (int i = 0; i < 2; i++)
         if (b->pipe_fds[i] >= 0)
             close(b->pipe_fds[i]);
+    tb_llm_kv_pool_free(b->pool); /* after the sessions, which release their blocks into it */
+    free(b->found);
     tb_llm_step_scratch_free(&b->scratch);
     tb_llm_token_table_free(&b->tokens);
     tb_free(b->logits);

@@ -7,13 +7,19 @@
  * KV cache layout per layer (f32 or IEEE half): values[Hkv][capacity][D]; keys[Hkv][capacity / 16][D][16],
  * i.e. blocks of 16 positions stored d-major so that attention scores come out 16 at a time without
  * horizontal sums (TB_LLM_KEY_BLOCK). The capacity is a multiple of 16 and grows by doubling up to
- * max_seq_len (rounded up to 16). */
+ * max_seq_len (rounded up to 16).
+ *
+ * Pooled sessions (the batching engine's, llm_kv_pool.h) hold instead a block table into a shared pool:
+ * block j holds positions [16 j, 16 j + 16) with the same key-block and value-row layouts, so attention
+ * scores each block with the same kernel (scores are per block already) and the values of [lo, pos] are
+ * gathered in position order into one contiguous run for the same value kernel: identical numbers. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "llm/llm_internal.h"
+#include "llm/llm_kv_pool.h"
 #include "torchburn/alloc.h"
 #include "torchburn/thread_pool.h"
 
@@ -39,6 +45,9 @@ struct tb_llm_session {
     float *mlp;  /* [T, 2 I] */
     float *cos_table, *sin_table; /* [T, D / 2] */
     tb_llm_gpu_session *gpu; /* the model's weights are on a GPU engine: the forward runs there (llm_gpu.c) */
+    tb_llm_kv_pool *pool;    /* pooled: keys/values live in table[0..blocks) of this pool */
+    int32_t *table;          /* [ceil(max_seq_len / 16)] */
+    int64_t blocks;
 };
 
 static int64_t kv_elem(const tb_llm_session *s) { return s->kv_f16 ? 2 : 4; }
@@ -73,9 +82,60 @@ tb_status tb_llm_session_new(const tb_llm_model *model, int64_t max_seq_len, boo
     return TB_OK;
 }
 
+static tb_status grow_storage(tb_llm_session *s, int64_t needed);
+
+/* Pooled: drops the table's blocks from index `keep` on (last first, so a chain's deeper blocks are the
+ * older cached ones and get evicted before their parents). */
+static void release_blocks(tb_llm_session *s, int64_t keep) {
+    for (; s->blocks > keep; s->blocks--)
+        tb_llm_kv_pool_release(s->pool, s->table[s->blocks - 1]);
+}
+
+tb_status tb_llm_session_new_pooled(const tb_llm_model *model, int64_t max_seq_len, tb_llm_kv_pool *pool,
+                                    tb_llm_session **out) {
+    *out = NULL;
+    if (!pool || (model && model->gpu))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: a pooled session needs a pool and a CPU model");
+    TB_TRY(tb_llm_session_new(model, max_seq_len, tb_llm_kv_pool_kv_f16(pool), out));
+    tb_llm_session *s = *out;
+    s->pool = pool;
+    s->table = malloc((size_t)((max_seq_len + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK) * sizeof *s->table);
+    if (!s->table) {
+        tb_llm_session_free(s);
+        *out = NULL;
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm: out of memory");
+    }
+    return TB_OK;
+}
+
+tb_status tb_llm_session_share(tb_llm_session *s, const int32_t *blocks, int64_t count, const int32_t *tokens) {
+    if (!s->pool || s->length != s->blocks * TB_LLM_KEY_BLOCK || count < 0 ||
+        s->length + count * TB_LLM_KEY_BLOCK > s->max_seq_len)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: cannot map %lld shared blocks after %lld positions",
+                            (long long)count, (long long)s->length);
+    if (count == 0)
+        return TB_OK;
+    TB_TRY(grow_storage(s, s->length + count * TB_LLM_KEY_BLOCK));
+    for (int64_t j = 0; j < count; j++) {
+        tb_llm_kv_pool_ref(s->pool, blocks[j]);
+        s->table[s->blocks++] = blocks[j];
+    }
+    memcpy(s->tokens + s->length, tokens, (size_t)(count * TB_LLM_KEY_BLOCK) * sizeof *tokens);
+    s->length += count * TB_LLM_KEY_BLOCK;
+    return TB_OK;
+}
+
+int32_t *tb_llm_session_table(tb_llm_session *s, int64_t *count) {
+    *count = s->blocks;
+    return s->table;
+}
+
 void tb_llm_session_free(tb_llm_session *s) {
     if (!s)
         return;
+    if (s->pool)
+        release_blocks(s, 0);
+    free(s->table);
     for (int64_t l = 0; s->keys && s->values && l < s->model->n_layers; l++) {
         tb_free(s->keys[l]);
         tb_free(s->values[l]);
@@ -100,6 +160,8 @@ tb_status tb_llm_session_truncate(tb_llm_session *s, int64_t length) {
     s->length = length;
     if (s->canonical > length)
         s->canonical = length / PREFILL_CHUNK * PREFILL_CHUNK;
+    if (s->pool)
+        release_blocks(s, (length + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK);
     return TB_OK;
 }
 
@@ -110,36 +172,36 @@ void tb_llm_session_commit(tb_llm_session *s, const int32_t *tokens, int64_t cou
     s->length += count;
 }
 
-tb_status tb_llm_session_copy_prefix(tb_llm_session *dst, const tb_llm_session *src, int64_t length) {
-    if (dst == src || dst->model != src->model || dst->kv_f16 != src->kv_f16 || length < 0 || length > src->length ||
-        length > dst->max_seq_len || dst->gpu || src->gpu)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm: cannot copy %lld cached positions between these sessions",
-                            (long long)length);
-    dst->length = 0;
-    dst->canonical = 0;
-    if (length == 0)
-        return TB_OK;
-    TB_TRY(tb_llm_session_reserve(dst, length));
-    const tb_llm_model *m = src->model;
-    const int64_t row_bytes = m->head_dim * kv_elem(src);
-    const int64_t key_rows = (length + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK;
-    for (int64_t l = 0; l < m->n_layers; l++)
-        for (int64_t h = 0; h < m->n_kv_heads; h++) {
-            memcpy((char *)dst->keys[l] + h * dst->capacity * row_bytes,
-                   (const char *)src->keys[l] + h * src->capacity * row_bytes, (size_t)(key_rows * row_bytes));
-            memcpy((char *)dst->values[l] + h * dst->capacity * row_bytes,
-                   (const char *)src->values[l] + h * src->capacity * row_bytes, (size_t)(length * row_bytes));
+/* Pooled: makes the blocks of positions [length, needed) present and private to this session, taking new
+ * ones and copying (copy-on-write) a shared or published block about to be written into. On failure the
+ * blocks already taken stay in the table (released by truncate or free). */
+static tb_status reserve_blocks(tb_llm_session *s, int64_t needed) {
+    const int64_t last = (needed + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK;
+    for (int64_t j = s->length / TB_LLM_KEY_BLOCK; j < last; j++) {
+        if (j < s->blocks) {
+            if (tb_llm_kv_pool_writable(s->pool, s->table[j]))
+                continue;
+            int32_t copy;
+            TB_TRY(tb_llm_kv_pool_copy(s->pool, s->table[j], &copy));
+            tb_llm_kv_pool_release(s->pool, s->table[j]);
+            s->table[j] = copy;
+            continue;
         }
-    memcpy(dst->tokens, src->tokens, (size_t)length * sizeof *dst->tokens);
-    dst->length = length;
-    /* the copied positions are as canonical as they were in src (whole chunks only) */
-    int64_t canonical = src->canonical < length ? src->canonical : length;
-    dst->canonical = canonical / PREFILL_CHUNK * PREFILL_CHUNK;
+        TB_TRY(tb_llm_kv_pool_take(s->pool, &s->table[j]));
+        s->blocks = j + 1;
+    }
     return TB_OK;
 }
 
-/* Grows the KV cache (all layers or none) to hold `needed` positions. */
+/* Grows the KV cache (all layers or none; pooled: its blocks) to hold `needed` positions. */
 tb_status tb_llm_session_reserve(tb_llm_session *s, int64_t needed) {
+    if (s->pool && needed > s->length)
+        TB_TRY(reserve_blocks(s, needed));
+    return grow_storage(s, needed);
+}
+
+/* The contiguous cache (GPU and pooled sessions: the token array only) grown to `needed` positions. */
+static tb_status grow_storage(tb_llm_session *s, int64_t needed) {
     if (needed <= s->capacity)
         return TB_OK;
     const tb_llm_model *m = s->model;
@@ -147,7 +209,8 @@ tb_status tb_llm_session_reserve(tb_llm_session *s, int64_t needed) {
     capacity = capacity > needed ? capacity : needed;
     capacity = capacity < s->max_seq_len ? capacity : s->max_seq_len;
     capacity = (capacity + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK;
-    const int64_t layers = s->gpu ? 0 : m->n_layers, row_bytes = m->head_dim * kv_elem(s); /* GPU: tokens only */
+    /* GPU and pooled sessions: the token array only */
+    const int64_t layers = s->gpu || s->pool ? 0 : m->n_layers, row_bytes = m->head_dim * kv_elem(s);
     const size_t layer_bytes = (size_t)(m->n_kv_heads * capacity * row_bytes);
     void **fresh = calloc((size_t)(2 * layers), sizeof *fresh);
     int32_t *tokens = NULL;
@@ -238,21 +301,28 @@ void tb_llm_prepare_row(tb_llm_session *s, const tb_llm_kernels *kernels, const 
         if (layer->k_norm)
             kernels->rms_norm(k + g * d, layer->k_norm, k + g * d, d, eps);
         rope_in_place(k + g * d, cos_row, sin_row, half);
-        const int64_t offset = (g * s->capacity + pos) * d;
         /* key element i of position pos: block pos / 16, row i, lane pos % 16 */
-        const int64_t key_base = ((g * s->capacity + pos / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK) * d) +
-                                 pos % TB_LLM_KEY_BLOCK;
+        int64_t offset = (g * s->capacity + pos) * d;
+        int64_t key_base = ((g * s->capacity + pos / TB_LLM_KEY_BLOCK * TB_LLM_KEY_BLOCK) * d) + pos % TB_LLM_KEY_BLOCK;
+        void *key_memory = s->pool ? NULL : s->keys[layer_index], *value_memory = s->pool ? NULL : s->values[layer_index];
+        if (s->pool) {
+            const int32_t block = s->table[pos / TB_LLM_KEY_BLOCK];
+            key_memory = tb_llm_kv_pool_keys(s->pool, block, layer_index, g);
+            value_memory = tb_llm_kv_pool_values(s->pool, block, layer_index, g);
+            key_base = pos % TB_LLM_KEY_BLOCK;
+            offset = pos % TB_LLM_KEY_BLOCK * d;
+        }
         const float *key = k + g * d;
         if (s->kv_f16) {
-            uint16_t *keys = (uint16_t *)s->keys[layer_index] + key_base;
+            uint16_t *keys = (uint16_t *)key_memory + key_base;
             for (int64_t i = 0; i < d; i++)
                 keys[i * TB_LLM_KEY_BLOCK] = tb_f32_to_f16(key[i]);
-            kernels->to_f16(v + g * d, (uint16_t *)s->values[layer_index] + offset, d);
+            kernels->to_f16(v + g * d, (uint16_t *)value_memory + offset, d);
         } else {
-            float *keys = (float *)s->keys[layer_index] + key_base;
+            float *keys = (float *)key_memory + key_base;
             for (int64_t i = 0; i < d; i++)
                 keys[i * TB_LLM_KEY_BLOCK] = key[i];
-            memcpy((float *)s->values[layer_index] + offset, v + g * d, (size_t)d * sizeof(float));
+            memcpy((float *)value_memory + offset, v + g * d, (size_t)d * sizeof(float));
         }
     }
 }
@@ -281,6 +351,46 @@ typedef struct attention_job {
 
 static _Thread_local float *attention_scores;
 static _Thread_local int64_t attention_scores_capacity;
+static _Thread_local char *attention_values; /* pooled sessions: values of [lo, pos] gathered in order */
+static _Thread_local int64_t attention_values_capacity;
+
+/* Grows a thread-local scratch buffer to hold `bytes`; false when out of memory. */
+static bool ensure_thread_buffer(char **buffer, int64_t *capacity, int64_t bytes) {
+    if (bytes <= *capacity)
+        return true;
+    char *grown = NULL;
+    if (tb_alloc((size_t)(bytes * 2), TB_ALLOC_DEFAULT, (void **)&grown) != TB_OK)
+        return false;
+    tb_free(*buffer);
+    *buffer = grown;
+    *capacity = bytes * 2;
+    tb_llm_thread_scratch_track((void **)buffer);
+    return true;
+}
+
+/* Pooled attention of heads [h0, h0 + heads) (kv head g) at `pos` over [lo, pos]: the contiguous path's
+ * kernel calls on the same data, block by block for the scores and on the gathered values. */
+static bool attend_pooled(tb_llm_session *s, const tb_llm_kernels *kernels, int64_t layer_index, int64_t g,
+                          const float *q, int64_t heads, int64_t lo, int64_t pos, float scale, float *out) {
+    const int64_t d = s->model->head_dim, elem = kv_elem(s), len = pos - lo + 1;
+    const int64_t first_block = lo / TB_LLM_KEY_BLOCK, blocks = pos / TB_LLM_KEY_BLOCK - first_block + 1;
+    const int64_t stride = blocks * TB_LLM_KEY_BLOCK, skip = lo - first_block * TB_LLM_KEY_BLOCK;
+    if (!ensure_thread_buffer(&attention_values, &attention_values_capacity, len * d * elem))
+        return false;
+    for (int64_t j = 0; j < blocks; j++) {
+        const int32_t block = s->table[first_block + j];
+        kernels->attn_scores(q, heads, d, tb_llm_kv_pool_keys(s->pool, block, layer_index, g), s->kv_f16, 1, scale,
+                             attention_scores + j * TB_LLM_KEY_BLOCK, stride);
+        const int64_t from = j == 0 ? skip : 0, to = j == blocks - 1 ? pos % TB_LLM_KEY_BLOCK + 1 : TB_LLM_KEY_BLOCK;
+        memcpy(attention_values + (j * TB_LLM_KEY_BLOCK + from - skip) * d * elem,
+               (const char *)tb_llm_kv_pool_values(s->pool, block, layer_index, g) + from * d * elem,
+               (size_t)((to - from) * d * elem));
+    }
+    for (int64_t h = 0; h < heads; h++)
+        kernels->softmax(attention_scores + h * stride + skip, len);
+    kernels->attn_values(attention_scores + skip, heads, stride, attention_values, s->kv_f16, len, d, out);
+    return true;
+}
 
 bool tb_llm_attend_row(tb_llm_session *s, const tb_llm_kernels *kernels, const llm_layer *layer,
                        int64_t layer_index, const float *q, int64_t h0, int64_t heads, int64_t pos, float scale,
@@ -291,16 +401,12 @@ bool tb_llm_attend_row(tb_llm_session *s, const tb_llm_kernels *kernels, const l
     const int64_t len = pos - lo + 1;
     const int64_t first_block = lo / TB_LLM_KEY_BLOCK, blocks = pos / TB_LLM_KEY_BLOCK - first_block + 1;
     const int64_t stride = blocks * TB_LLM_KEY_BLOCK, skip = lo - first_block * TB_LLM_KEY_BLOCK;
-    if (heads * stride > attention_scores_capacity) {
-        float *grown = NULL;
-        const int64_t capacity = heads * stride * 2;
-        if (tb_alloc((size_t)capacity * sizeof(float), TB_ALLOC_DEFAULT, (void **)&grown) != TB_OK)
-            return false;
-        tb_free(attention_scores);
-        attention_scores = grown;
-        attention_scores_capacity = capacity;
-        tb_llm_thread_scratch_track((void **)&attention_scores);
-    }
+    int64_t score_bytes = attention_scores_capacity * (int64_t)sizeof(float);
+    if (!ensure_thread_buffer((char **)&attention_scores, &score_bytes, heads * stride * (int64_t)sizeof(float)))
+        return false;
+    attention_scores_capacity = score_bytes / (int64_t)sizeof(float);
+    if (s->pool)
+        return attend_pooled(s, kernels, layer_index, g, q, heads, lo, pos, scale, out);
     const char *keys = (const char *)s->keys[layer_index] + (g * s->capacity + first_block * TB_LLM_KEY_BLOCK) * d * elem;
     const char *values = (const char *)s->values[layer_index] + (g * s->capacity + lo) * d * elem;
     /* scores of whole key blocks; the row of position lo starts `skip` lanes in */

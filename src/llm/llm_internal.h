@@ -237,7 +237,7 @@ int64_t tb_llm_session_canonical_length(const tb_llm_session *session);
  * llm_forward.c. reserve grows the KV cache to hold `needed` positions; prepare_row applies q/k norms and
  * RoPE to one qkv row (q[(Hq + 2 Hkv) D]) and stores its key/value at `pos`; attend_row writes heads
  * [h0, h0 + heads) of one position's attention output (false: out of memory for scores); commit appends
- * tokens whose keys/values are stored; copy_prefix makes dst hold src's first `length` positions. */
+ * tokens whose keys/values are stored. */
 tb_status tb_llm_session_reserve(tb_llm_session *session, int64_t needed);
 void tb_llm_prepare_row(tb_llm_session *session, const tb_llm_kernels *kernels, const llm_layer *layer,
                         int64_t layer_index, float *q, const float *cos_row, const float *sin_row, int64_t pos);
@@ -247,7 +247,6 @@ bool tb_llm_attend_row(tb_llm_session *session, const tb_llm_kernels *kernels, c
 /* cos/sin (times the attention factor) of RoPE at position pos: [D / 2] each. */
 void tb_llm_rope_row(const tb_llm_model *model, int64_t pos, float *cos_row, float *sin_row);
 void tb_llm_session_commit(tb_llm_session *session, const int32_t *tokens, int64_t count);
-tb_status tb_llm_session_copy_prefix(tb_llm_session *dst, const tb_llm_session *src, int64_t length);
 
 /* Registers a thread-local scratch pointer of the calling thread (a tb_alloc buffer) to be freed when the
  * thread exits (llm_thread_scratch.c). */

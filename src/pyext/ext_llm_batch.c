@@ -1,5 +1,5 @@
 /* Python binding of the continuous-batching engine: torchburn._C._LLMBatch(model, slots, ctx_size,
- * prefill_chunk=0, kv_f16=False, batch_tokens=0, tokenizer=None) (the _Tokenizer enables submit(...,
+ * prefill_chunk=0, kv_f16=False, batch_tokens=0, tokenizer=None, kv_blocks=0) (the _Tokenizer enables submit(...,
  * json=True)). Every method is short and non-blocking except wait() (GIL
  * released); the engine runs on its own C thread, so the GIL never serializes model work. fileno() is
  * readable while events are pending (asyncio's add_reader drives torchburn.llm.serve with it). */
@@ -16,12 +16,12 @@ static PyTypeObject *batch_type;
 
 static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"model", "slots", "ctx_size", "prefill_chunk", "kv_f16", "batch_tokens", "tokenizer",
-                               NULL};
+                               "kv_blocks", NULL};
     PyObject *model_obj, *tokenizer_obj = Py_None;
-    long long slots, ctx_size, prefill_chunk = 0, batch_tokens = 0;
+    long long slots, ctx_size, prefill_chunk = 0, batch_tokens = 0, kv_blocks = 0;
     int kv_f16 = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|LpLO:_LLMBatch", keywords, &model_obj, &slots, &ctx_size,
-                                     &prefill_chunk, &kv_f16, &batch_tokens, &tokenizer_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|LpLOL:_LLMBatch", keywords, &model_obj, &slots, &ctx_size,
+                                     &prefill_chunk, &kv_f16, &batch_tokens, &tokenizer_obj, &kv_blocks))
         return NULL;
     const tb_llm_model *model = tb_pyext_llm_model(model_obj);
     if (!model)
@@ -30,7 +30,8 @@ static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (tokenizer_obj != Py_None && !(tokenizer = tb_pyext_tokenizer(tokenizer_obj)))
         return NULL;
     tb_llm_batch_options options = {.slots = slots, .ctx_size = ctx_size, .prefill_chunk = prefill_chunk,
-                                    .kv_f16 = kv_f16 != 0, .batch_tokens = batch_tokens, .tokenizer = tokenizer};
+                                    .kv_f16 = kv_f16 != 0, .batch_tokens = batch_tokens, .tokenizer = tokenizer,
+                                    .kv_blocks = kv_blocks};
     tb_llm_batch *batch = NULL;
     tb_status status;
     Py_BEGIN_ALLOW_THREADS /* reads every token's bytes when a tokenizer is given */
@@ -157,7 +158,8 @@ static PyObject *batch_cancel(py_llm_batch *self, PyObject *arg) {
 }
 
 /* (id, token, finish, logprob, top, final): finish is None while running; logprob None unless asked;
- * top a list of (token, logprob); final a dict of counts in the last event, else None. */
+ * top a list of (token, logprob); final a dict of counts in the last event, else None (a failed request's
+ * adds "error", its message, and "status", the tb_status name such as "TB_ERR_OUT_OF_MEMORY"). */
 static PyObject *event_tuple(const tb_llm_batch_event *e, bool with_logprobs) {
     PyObject *finish = e->finish == TB_LLM_FINISH_NONE ? Py_NewRef(Py_None)
                                                         : PyUnicode_FromString(e->failed ? "error"
@@ -170,6 +172,15 @@ static PyObject *event_tuple(const tb_llm_batch_event *e, bool with_logprobs) {
                           ? Py_NewRef(Py_None)
                           : Py_BuildValue("{s:L,s:L,s:L}", "prompt_tokens", (long long)e->prompt_tokens, "reused_tokens",
                                           (long long)e->reused_tokens, "generated_tokens", (long long)e->generated_tokens);
+    if (final && e->failed) {
+        PyObject *error = PyUnicode_DecodeUTF8(e->error, (Py_ssize_t)strlen(e->error), "replace");
+        PyObject *status = PyUnicode_FromString(tb_status_name(e->status));
+        if (!error || !status || PyDict_SetItemString(final, "error", error) != 0 ||
+            PyDict_SetItemString(final, "status", status) != 0)
+            Py_CLEAR(final);
+        Py_XDECREF(error);
+        Py_XDECREF(status);
+    }
     PyObject *tuple = NULL;
     if (finish && logprob && top && final)
         tuple = Py_BuildValue("(KiOOOO)", (unsigned long long)e->id, (int)e->token, finish, logprob, top, final);
@@ -246,7 +257,8 @@ static PyObject *batch_get_stats(py_llm_batch *self, void *closure) {
     tb_llm_batch_stats s;
     tb_llm_batch_get_stats(self->batch, &s);
     return Py_BuildValue(
-        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:L,s:L,s:L,s:s}", "slots",
+        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
+        "s:L,s:s}", "slots",
         (long long)s.slots, "ctx_size", (long long)s.ctx_size, "prefill_chunk", (long long)s.prefill_chunk,
         "batch_tokens", (long long)s.batch_tokens, "prefill_chunks", (long long)s.prefill_chunks,
         "prefill_steps", (long long)s.prefill_steps, "queued",
@@ -257,7 +269,10 @@ static PyObject *batch_get_stats(py_llm_batch *self, void *closure) {
         (long long)s.prefill_tokens_run, "decode_steps", (long long)s.decode_steps, "decode_rows",
         (long long)s.decode_rows, "prefill_seconds", s.prefill_seconds, "decode_seconds", s.decode_seconds,
         "kv_positions_used", (long long)s.kv_positions_used, "kv_positions_capacity",
-        (long long)s.kv_positions_capacity, "kv_bytes", (long long)s.kv_bytes, "last_error", s.last_error);
+        (long long)s.kv_positions_capacity, "kv_bytes", (long long)s.kv_bytes, "kv_blocks", (long long)s.kv_blocks,
+        "kv_blocks_allocated", (long long)s.kv_blocks_allocated, "kv_blocks_in_use", (long long)s.kv_blocks_in_use,
+        "kv_blocks_shared", (long long)s.kv_blocks_shared, "kv_blocks_cached", (long long)s.kv_blocks_cached,
+        "kv_blocks_evicted", (long long)s.kv_blocks_evicted, "last_error", s.last_error);
 }
 
 static PyMethodDef batch_methods[] = {
@@ -284,7 +299,7 @@ static PyType_Slot batch_slots[] = {
     {Py_tp_dealloc, batch_dealloc},
     {Py_tp_methods, batch_methods},
     {Py_tp_getset, batch_getset},
-    {Py_tp_doc, "_LLMBatch(model, slots, ctx_size, prefill_chunk=0, kv_f16=False, batch_tokens=0): continuous-batching "
+    {Py_tp_doc, "_LLMBatch(model, slots, ctx_size, prefill_chunk=0, kv_f16=False, batch_tokens=0, tokenizer=None, kv_blocks=0): continuous-batching "
                     "engine."},
     {0, NULL},
 };

@@ -2,12 +2,17 @@
  * decode kernel bit for bit, then the engine on a tiny random Qwen2 folder written here: concurrent requests
  * (greedy and seeded sampling, int4/int8/f32) give exactly the tokens each gives alone, the alone result equals
  * tb_llm_generate when the prompt fits one chunk, prefix reuse is counted and changes nothing, cancellation
- * frees the slot, bad requests are refused with a message. */
+ * frees the slot, bad requests are refused with a message. The KV block pool (llm/llm_kv_pool.h): pooled
+ * sessions equal contiguous ones bit for bit, a shared prefix survives its first owner, appending into a
+ * shared block copies it first, cached blocks are evicted least recently released first (leaves before
+ * parents), exhaustion and a failed chunk allocation are errors, and in the engine a request that runs
+ * out of blocks fails alone while its neighbour finishes with its own tokens. */
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "llm/llm_batch_internal.h"
+#include "llm/llm_kv_pool.h"
 #include "tb_test.h"
 #include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
@@ -167,6 +172,8 @@ typedef struct outcome {
     int64_t count, reused;
     tb_llm_finish finish;
     bool failed;
+    tb_status status; /* of a failed request, with its message */
+    char error[160];
 } outcome;
 
 /* Waits for the final events of requests out[0..n) (ids set), collecting their tokens. */
@@ -189,6 +196,8 @@ static void collect(tb_llm_batch *b, outcome *out, int n) {
                     out[i].finish = events[e].finish;
                     out[i].failed = events[e].failed;
                     out[i].reused = events[e].reused_tokens;
+                    out[i].status = events[e].status;
+                    snprintf(out[i].error, sizeof out[i].error, "%s", events[e].error);
                     done++;
                 }
             }
@@ -266,6 +275,237 @@ static void test_step_logits(const tb_llm_model *model, const char *what) {
     free(expected);
 }
 
+/* ---- the KV block pool ---- */
+
+/* Logits after running tokens[0..count) on `session` (one forward call), into out[V]. */
+static void run_tokens(tb_llm_session *session, const int32_t *tokens, int64_t count, float *out) {
+    TB_CHECK(tb_llm_forward(session, tokens, count, out, false) == TB_OK);
+}
+
+static void fill_tokens(int32_t *tokens, int64_t count, uint32_t seed) {
+    for (int64_t t = 0; t < count; t++)
+        tokens[t] = (int32_t)((seed * 2654435761u + (uint32_t)t * 40503u) % VOCAB);
+}
+
+/* Publishes the whole blocks of `session`'s first `count` positions as a chain (as the engine does). */
+static void publish_prefix(tb_llm_kv_pool *pool, tb_llm_session *session, int64_t count) {
+    int64_t held;
+    int32_t *table = tb_llm_session_table(session, &held);
+    int32_t parent = -1;
+    for (int64_t j = 0; j < count / TB_LLM_KEY_BLOCK; j++) {
+        TB_CHECK(tb_llm_kv_pool_publish(pool, table[j], parent, tb_llm_session_tokens(session) + j * 16) == table[j]);
+        parent = table[j];
+    }
+}
+
+static void test_pool_sharing(const tb_llm_model *model, const char *what) {
+    const int64_t V = model->vocab;
+    float *pooled = malloc(sizeof(float) * (size_t)V), *plain = malloc(sizeof(float) * (size_t)V);
+    int32_t prompt[48], other[8], next = 7;
+    fill_tokens(prompt, 48, 11);
+    fill_tokens(other, 8, 12);
+    tb_llm_kv_pool *pool = NULL;
+    TB_CHECK(tb_llm_kv_pool_new(model, false, 16, 2, &pool) == TB_OK);
+    tb_llm_session *first = NULL, *second = NULL, *reference = NULL;
+    TB_CHECK(tb_llm_session_new_pooled(model, 200, pool, &first) == TB_OK);
+    TB_CHECK(tb_llm_session_new_pooled(model, 200, pool, &second) == TB_OK);
+    TB_CHECK(tb_llm_session_new(model, 200, false, &reference) == TB_OK);
+    if (!pool || !first || !second || !reference)
+        return;
+    /* a pooled session computes what a contiguous one does, bit for bit (prefill, then a decode token) */
+    run_tokens(first, prompt, 40, pooled);
+    run_tokens(reference, prompt, 40, plain);
+    TB_CHECK_MSG(memcmp(pooled, plain, sizeof(float) * (size_t)V) == 0, "%s: pooled prefill logits differ", what);
+    run_tokens(first, &next, 1, pooled);
+    run_tokens(reference, &next, 1, plain);
+    TB_CHECK_MSG(memcmp(pooled, plain, sizeof(float) * (size_t)V) == 0, "%s: pooled decode logits differ", what);
+    /* refcount: the second session maps the first two (published) blocks; they outlive the first owner */
+    publish_prefix(pool, first, 32);
+    int64_t held;
+    const int32_t *table = tb_llm_session_table(first, &held);
+    const int32_t b0 = table[0], b1 = table[1];
+    TB_CHECK(held == 3 && tb_llm_kv_pool_find(pool, -1, prompt) == b0 && tb_llm_kv_pool_find(pool, b0, prompt + 16) == b1);
+    TB_CHECK(tb_llm_session_share(second, table, 2, prompt) == TB_OK);
+    TB_CHECK(tb_llm_kv_pool_refcount(pool, b0) == 2 && tb_llm_kv_pool_refcount(pool, b1) == 2);
+    tb_llm_kv_pool_stats stats;
+    tb_llm_kv_pool_get_stats(pool, &stats);
+    TB_CHECK_MSG(stats.in_use == 3 && stats.shared == 2 && stats.cached == 0, "in use %lld shared %lld cached %lld",
+                 (long long)stats.in_use, (long long)stats.shared, (long long)stats.cached);
+    tb_llm_session_free(first);
+    TB_CHECK(tb_llm_kv_pool_refcount(pool, b0) == 1 && tb_llm_kv_pool_refcount(pool, b1) == 1);
+    tb_llm_session *again = NULL; /* the reference replayed: prompt[0..40) then 8 tokens after position 32 */
+    TB_CHECK(tb_llm_session_new(model, 200, false, &again) == TB_OK);
+    run_tokens(again, prompt, 40, plain);
+    TB_CHECK(tb_llm_session_truncate(again, 32) == TB_OK);
+    run_tokens(second, prompt + 32, 8, pooled);
+    run_tokens(again, prompt + 32, 8, plain);
+    TB_CHECK_MSG(memcmp(pooled, plain, sizeof(float) * (size_t)V) == 0,
+                 "%s: a session continuing shared blocks differs from one that computed them", what);
+    /* copy-on-write: appending inside shared block 1 (after truncating into it) copies it first */
+    tb_llm_session *third = NULL;
+    TB_CHECK(tb_llm_session_new_pooled(model, 200, pool, &third) == TB_OK);
+    TB_CHECK(tb_llm_session_share(third, (const int32_t[]){b0, b1}, 2, prompt) == TB_OK);
+    TB_CHECK(tb_llm_session_truncate(third, 24) == TB_OK);
+    TB_CHECK(tb_llm_kv_pool_refcount(pool, b1) == 2); /* second and third */
+    run_tokens(third, other, 8, pooled);
+    table = tb_llm_session_table(third, &held);
+    TB_CHECK_MSG(table[0] == b0 && table[1] != b1 && tb_llm_kv_pool_refcount(pool, b1) == 1,
+                 "%s: the shared block was written in place (table %d %d, refcount %d)", what, (int)table[0],
+                 (int)table[1], (int)tb_llm_kv_pool_refcount(pool, b1));
+    TB_CHECK(tb_llm_session_truncate(again, 24) == TB_OK);
+    run_tokens(again, other, 8, plain);
+    TB_CHECK_MSG(memcmp(pooled, plain, sizeof(float) * (size_t)V) == 0, "%s: the copied block lost positions", what);
+    tb_llm_session *fourth = NULL; /* the original block 1 is intact: a fresh mapping continues as before */
+    TB_CHECK(tb_llm_session_new_pooled(model, 200, pool, &fourth) == TB_OK);
+    TB_CHECK(tb_llm_session_share(fourth, (const int32_t[]){b0, b1}, 2, prompt) == TB_OK);
+    TB_CHECK(tb_llm_session_truncate(again, 0) == TB_OK);
+    run_tokens(again, prompt, 40, plain);
+    TB_CHECK(tb_llm_session_truncate(again, 32) == TB_OK);
+    run_tokens(fourth, prompt + 32, 8, pooled);
+    run_tokens(again, prompt + 32, 8, plain);
+    TB_CHECK_MSG(memcmp(pooled, plain, sizeof(float) * (size_t)V) == 0, "%s: copy-on-write changed the shared block",
+                 what);
+    /* with every holder gone the published blocks stay cached and findable; the private ones are free */
+    tb_llm_session_free(second);
+    tb_llm_session_free(third);
+    tb_llm_session_free(fourth);
+    tb_llm_kv_pool_get_stats(pool, &stats);
+    TB_CHECK_MSG(stats.in_use == 0 && stats.cached == 2 && tb_llm_kv_pool_find(pool, b0, prompt + 16) == b1,
+                 "in use %lld cached %lld", (long long)stats.in_use, (long long)stats.cached);
+    tb_llm_session_free(again);
+    tb_llm_session_free(reference);
+    tb_llm_kv_pool_free(pool);
+    free(pooled);
+    free(plain);
+}
+
+/* Eviction order (least recently released first; a chain's leaf before its parent), exhaustion, and a
+ * failed chunk allocation (injected) that leaves the pool usable. */
+static void test_pool_eviction(const tb_llm_model *model) {
+    tb_llm_kv_pool *pool = NULL;
+    TB_CHECK(tb_llm_kv_pool_new(model, true, 4, 1, &pool) == TB_OK);
+    if (!pool)
+        return;
+    int32_t tokens[4][16], blocks[4];
+    for (int i = 0; i < 4; i++) {
+        fill_tokens(tokens[i], 16, 100 + (uint32_t)i);
+        TB_CHECK(tb_llm_kv_pool_take(pool, &blocks[i]) == TB_OK);
+    }
+    /* chains x = (0, 1) and y = (2, 3), released x first, each leaf first as a session releases */
+    TB_CHECK(tb_llm_kv_pool_publish(pool, blocks[0], -1, tokens[0]) == blocks[0]);
+    TB_CHECK(tb_llm_kv_pool_publish(pool, blocks[1], blocks[0], tokens[1]) == blocks[1]);
+    TB_CHECK(tb_llm_kv_pool_publish(pool, blocks[2], -1, tokens[2]) == blocks[2]);
+    TB_CHECK(tb_llm_kv_pool_publish(pool, blocks[3], blocks[2], tokens[3]) == blocks[3]);
+    TB_CHECK(tb_llm_kv_pool_publish(pool, blocks[3], blocks[2], tokens[3]) == blocks[3]); /* idempotent */
+    const int order[4] = {1, 0, 3, 2};
+    for (int i = 0; i < 4; i++)
+        tb_llm_kv_pool_release(pool, blocks[order[i]]);
+    tb_llm_kv_pool_stats stats;
+    tb_llm_kv_pool_get_stats(pool, &stats);
+    TB_CHECK(stats.cached == 4 && stats.in_use == 0 && stats.allocated == 4);
+    /* a cached block brought back into use is no longer evictable */
+    tb_llm_kv_pool_ref(pool, blocks[2]);
+    const int expected[3] = {1, 0, 3};
+    for (int i = 0; i < 3; i++) {
+        int32_t got = -1;
+        TB_CHECK(tb_llm_kv_pool_take(pool, &got) == TB_OK);
+        TB_CHECK_MSG(got == blocks[expected[i]], "eviction %d took block %d, expected %d", i, (int)got,
+                     (int)blocks[expected[i]]);
+    }
+    TB_CHECK(tb_llm_kv_pool_find(pool, -1, tokens[0]) == -1 && tb_llm_kv_pool_find(pool, blocks[0], tokens[1]) == -1);
+    TB_CHECK(tb_llm_kv_pool_find(pool, -1, tokens[2]) == blocks[2]);
+    /* block 0's index now holds other content: a child published under its old content is not found */
+    TB_CHECK(tb_llm_kv_pool_publish(pool, blocks[0], -1, tokens[0]) == blocks[0]);
+    TB_CHECK(tb_llm_kv_pool_find(pool, blocks[0], tokens[1]) == -1);
+    int32_t none = 7;
+    TB_CHECK(tb_llm_kv_pool_take(pool, &none) == TB_ERR_OUT_OF_MEMORY && none == -1 &&
+             strstr(tb_error_message(), "KV cache is full"));
+    tb_llm_kv_pool_get_stats(pool, &stats);
+    TB_CHECK(stats.evictions == 3 && stats.in_use == 4 && stats.cached == 0);
+    tb_llm_kv_pool_free(pool);
+    /* fault injection: the next chunk's allocation fails; the pool stays consistent and recovers */
+    TB_CHECK(tb_llm_kv_pool_new(model, false, 8, 2, &pool) == TB_OK);
+    if (!pool)
+        return;
+    int32_t a, b, c;
+    TB_CHECK(tb_llm_kv_pool_take(pool, &a) == TB_OK && tb_llm_kv_pool_take(pool, &b) == TB_OK);
+    tb_alloc_fail_after(0);
+    const tb_status failed = tb_llm_kv_pool_take(pool, &c);
+    tb_alloc_fail_after(-1);
+    TB_CHECK_MSG(failed == TB_ERR_OUT_OF_MEMORY && strstr(tb_error_message(), "llm kv pool"), "%s",
+                 tb_error_message());
+    tb_llm_kv_pool_get_stats(pool, &stats);
+    TB_CHECK(stats.allocated == 2 && stats.in_use == 2);
+    TB_CHECK(tb_llm_kv_pool_take(pool, &c) == TB_OK && c == 2);
+    tb_llm_kv_pool_get_stats(pool, &stats);
+    TB_CHECK(stats.allocated == 4 && stats.in_use == 3 && stats.bytes > 0);
+    tb_llm_kv_pool_free(pool);
+    TB_CHECK(tb_llm_kv_pool_new(model, false, 0, 0, &pool) == TB_ERR_INVALID_ARGUMENT && !pool);
+}
+
+/* Out of blocks in the engine: two requests that do not both fit in kv_blocks (each alone does). One fails
+ * alone with TB_ERR_OUT_OF_MEMORY ("the KV cache is full"); the other finishes with exactly its tokens
+ * alone, and the engine serves the failed one afterwards. (60 + 30 positions in 6 blocks: the second runs
+ * out while prefilling; 16 + 150 in 16 blocks: both run out together in lockstep decode steps, where the
+ * next position's block is reserved per slot, so only one of them fails.) */
+static void test_engine_exhaustion(const tb_llm_model *model, const char *what, int64_t prompt, int64_t tokens,
+                                   int64_t kv_blocks) {
+    static int32_t prompts[2][64];
+    fill_tokens(prompts[0], prompt, 21);
+    fill_tokens(prompts[1], prompt, 22);
+    outcome alone[2], together[2];
+    memset(alone, 0, sizeof alone);
+    memset(together, 0, sizeof together);
+    tb_llm_batch_request r[2];
+    for (int i = 0; i < 2; i++) {
+        r[i] = (tb_llm_batch_request){.prompt = prompts[i], .prompt_count = prompt, .max_tokens = tokens, .logprobs = 0};
+        tb_llm_sampling_default(&r[i].sampling);
+    }
+    /* fresh engines (no cached prefix) */
+    tb_llm_batch_options options = {.slots = 2, .ctx_size = 200, .prefill_chunk = 16, .kv_blocks = kv_blocks};
+    tb_llm_batch *b = NULL;
+    for (int i = 0; i < 2; i++) {
+        TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_OK);
+        if (!b)
+            return;
+        TB_CHECK(tb_llm_batch_submit(b, &r[i], &alone[i].id) == TB_OK);
+        collect(b, &alone[i], 1);
+        TB_CHECK(alone[i].finish == TB_LLM_FINISH_LENGTH && !alone[i].failed);
+        tb_llm_batch_free(b);
+    }
+    TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_OK);
+    if (!b)
+        return;
+    for (int i = 0; i < 2; i++)
+        TB_CHECK(tb_llm_batch_submit(b, &r[i], &together[i].id) == TB_OK);
+    collect(b, together, 2);
+    const int lost = together[1].failed ? 1 : 0, kept = 1 - lost;
+    const tb_status status = together[lost].status;
+    const char *message = together[lost].error;
+    TB_CHECK_MSG(together[lost].failed && !together[kept].failed && together[lost].finish == TB_LLM_FINISH_ABORTED &&
+                     status == TB_ERR_OUT_OF_MEMORY && strstr(message, "KV cache is full"),
+                 "%s (%lld + %lld in %lld blocks): failed %d/%d status %s message '%s'", what, (long long)prompt,
+                 (long long)tokens, (long long)kv_blocks, (int)together[0].failed, (int)together[1].failed,
+                 tb_status_name(status), message);
+    TB_CHECK_MSG(together[kept].count == alone[kept].count &&
+                     memcmp(together[kept].tokens, alone[kept].tokens, sizeof(int32_t) * (size_t)alone[kept].count) == 0 &&
+                     memcmp(together[kept].logprobs, alone[kept].logprobs, sizeof(float) * (size_t)alone[kept].count) == 0,
+                 "%s: the request that kept running did not finish as alone", what);
+    tb_llm_batch_stats stats;
+    tb_llm_batch_get_stats(b, &stats);
+    TB_CHECK(stats.kv_blocks == kv_blocks && stats.kv_blocks_in_use == 0 && stats.active == 0);
+    /* the engine goes on: the failed request alone now fits and gives its own tokens */
+    outcome retry;
+    memset(&retry, 0, sizeof retry);
+    TB_CHECK(tb_llm_batch_submit(b, &r[lost], &retry.id) == TB_OK);
+    collect(b, &retry, 1);
+    TB_CHECK(!retry.failed && retry.count == alone[lost].count &&
+             memcmp(retry.tokens, alone[lost].tokens, sizeof(int32_t) * (size_t)alone[lost].count) == 0);
+    tb_llm_batch_free(b);
+    options.kv_blocks = -1;
+    TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "kv_blocks"));
+}
+
 static void test_engine(const char *dir, tb_llm_quant quant) {
     tb_llm_load_options load = {.quant = quant, .group_size = 32};
     tb_llm_model *model = NULL;
@@ -273,6 +513,10 @@ static void test_engine(const char *dir, tb_llm_quant quant) {
     if (!model)
         return;
     test_step_logits(model, tb_llm_quant_name(quant));
+    test_pool_sharing(model, tb_llm_quant_name(quant));
+    test_pool_eviction(model);
+    test_engine_exhaustion(model, tb_llm_quant_name(quant), 60, 30, 6);
+    test_engine_exhaustion(model, tb_llm_quant_name(quant), 16, 150, 16);
     prompt_set p = {.n = MAX_REQUESTS};
     for (int i = 0; i < p.n; i++) { /* lengths 3..113; requests 4.. share a 40-token prefix with request 3 */
         p.lengths[i] = 3 + (i * 37) % 111;

@@ -1,7 +1,9 @@
 """torchburn-llm serve through the official `openai` client on loopback, against a tiny random Qwen2 built
 here: chat, completions, streaming, stop strings, seeds, API keys, /v1/models, /health while loading,
 /metrics; 16 concurrent greedy streams equal the same requests one at a time and LLM.generate_tokens;
-disconnects free slots; prefix reuse is counted; malformed requests get 4xx; memory stays flat."""
+disconnects free slots; prefix reuse is counted, also after the prefix's slot served another prompt (the
+shared KV block pool); a full KV pool fails one request with a 503 while the other finishes; malformed
+requests get 4xx; memory stays flat."""
 from __future__ import annotations
 
 import asyncio
@@ -395,6 +397,102 @@ def test_prefix_reuse_counted(server, client):
     assert cached >= 32 and cached % 32 == 0
     metrics = httpx.get(server[0] + "/metrics").text
     assert "torchburn_prefix_cache_hits_total" in metrics and "torchburn_kv_cache_usage_ratio" in metrics
+
+
+def _metric(base: str, name: str) -> float:
+    for line in httpx.get(base + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def _serve(llm, ctx_size=CTX, **options):
+    app = create_app(lambda: llm, MODEL_ID, ctx_size=ctx_size, **options)
+    srv, port, thread = serve_in_thread(app)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while httpx.get(base + "/health").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return srv, thread, base
+
+
+def test_prefix_outlives_its_slot(llm):
+    """One slot: request A (system prompt S), then B (an unrelated prompt) takes the slot, then C (S again)
+    still maps S's KV blocks from the pool (a per-slot cache would have lost them to B): /metrics counts the
+    hit and the cached blocks, and C's tokens are those of a fresh run."""
+    srv, thread, base = _serve(llm, parallel=1, prefill_chunk=32)
+    try:
+        gen = torch.Generator().manual_seed(11)
+        system = torch.randint(10, 390, (100,), generator=gen).tolist()
+        other = torch.randint(10, 390, (90,), generator=gen).tolist()
+        body = {"model": MODEL_ID, "max_tokens": 6, "temperature": 0, "logprobs": 0}
+        assert httpx.post(base + "/v1/completions", json=dict(body, prompt=system + [5, 6])).status_code == 200
+        cached_after_a = _metric(base, "torchburn_kv_cache_blocks_cached")
+        assert cached_after_a >= 96 // 16  # S's whole 32-token chunks stay in the pool with no holder
+        assert _metric(base, "torchburn_kv_cache_blocks_in_use") == 0
+        assert httpx.post(base + "/v1/completions", json=dict(body, prompt=other)).status_code == 200
+        hits, reused = _metric(base, "torchburn_prefix_cache_hits_total"), \
+            _metric(base, "torchburn_prompt_tokens_reused_total")
+        prompt_c = system + [7, 8, 9]
+        out = httpx.post(base + "/v1/completions", json=dict(body, prompt=prompt_c)).json()
+        assert _metric(base, "torchburn_prefix_cache_hits_total") == hits + 1
+        assert _metric(base, "torchburn_prompt_tokens_reused_total") == reused + 96
+        assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 96
+        llm.reset()
+        expected = llm.generate_tokens(prompt_c, max_tokens=6, temperature=0.0)
+        assert out["usage"]["completion_tokens"] == len(expected)
+        text = llm.tokenizer.decode([t for t in expected if t not in llm.stop_token_ids], skip_special_tokens=True)
+        assert out["choices"][0]["text"] == text
+        assert 0 <= _metric(base, "torchburn_kv_cache_usage_ratio") <= 1
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+def test_kv_pool_full_is_503_and_others_finish(llm):
+    """A pool of 130 blocks (2080 positions): a streamed generation of 16 + 2000 positions and, sent with it,
+    one of 250 + 1750 cannot both fit, each alone can (they decode in lockstep, so their sum passes the
+    bound ~900 steps in, long before either ends). Exactly one runs out of blocks: the
+    non-streamed one gets a 503 in OpenAI's error JSON naming the KV cache, the streamed one an SSE error
+    event with the same body; the other finishes. The server stays healthy and serves again."""
+    srv, thread, base = _serve(llm, ctx_size=2048, parallel=2, prefill_chunk=32, kv_blocks=130)
+    try:
+        gen = torch.Generator().manual_seed(12)
+        long_prompt = torch.randint(10, 390, (16,), generator=gen).tolist()
+        big_prompt = torch.randint(10, 390, (250,), generator=gen).tolist()
+        long_body = {"model": MODEL_ID, "prompt": long_prompt, "max_tokens": 2000, "temperature": 0,
+                     "logprobs": 0, "stream": True}
+        big_body = {"model": MODEL_ID, "prompt": big_prompt, "max_tokens": 1750, "temperature": 0}
+        async def both():  # sent together, so both are in the engine at once
+            async with httpx.AsyncClient(base_url=base, timeout=120) as c:
+                async def streamed():
+                    async with c.stream("POST", "/v1/completions", json=long_body) as r:
+                        return [line async for line in r.aiter_lines() if line.startswith("data: ")]
+                return await asyncio.gather(streamed(), c.post("/v1/completions", json=big_body))
+
+        events, big = asyncio.run(both())
+        stream_errors = [json.loads(e[6:])["error"] for e in events if '"error"' in e and e != "data: [DONE]"]
+        failures = stream_errors + ([big.json()["error"]] if big.status_code != 200 else [])
+        assert len(failures) == 1, (big.status_code, events[-2:])
+        failed = failures[0]
+        assert failed["code"] == "kv_cache_full" and "KV cache is full" in failed["message"], failed
+        assert failed["type"] == "server_error"
+        if stream_errors:  # the streamed request lost: the other finished whole
+            assert big.status_code == 200 and big.json()["usage"]["completion_tokens"] == 1750
+            assert events[-1] != "data: [DONE]"
+        else:
+            assert big.status_code == 503 and events[-1] == "data: [DONE]"
+        assert httpx.get(base + "/health").status_code == 200
+        assert _metric(base, "torchburn_kv_cache_blocks_in_use") == 0
+        again = httpx.post(base + "/v1/completions", json=dict(big_body, max_tokens=20), timeout=120)
+        assert again.status_code == 200
+        llm.reset()
+        expected = llm.generate_tokens(big_prompt, max_tokens=20, temperature=0.0)
+        text = llm.tokenizer.decode([t for t in expected if t not in llm.stop_token_ids], skip_special_tokens=True)
+        assert again.json()["choices"][0]["text"] == text
+    finally:
+        srv.should_exit = True
+        thread.join(10)
 
 
 def test_malformed_requests_are_4xx(server):

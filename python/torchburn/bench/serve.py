@@ -3,7 +3,9 @@
 Each client sends one completion request with a prompt of exactly --prompt-tokens token ids and asks for
 --tokens tokens (streamed); the table gives aggregate generated tok/s (all clients' tokens / wall time),
 time to first token and inter-token latency (p50/p99 over every client's gaps), and the ratio to the
-1-client row. The server runs in this process (uvicorn on a thread, loopback) with --parallel = the
+1-client row. With --shared-prefix S the first S tokens of every prompt (in a round) are the same (a system
+prompt), so the engine maps their KV blocks instead of prefilling them again; the engine rows then report the
+reused prompt tokens and the most KV blocks shared at once. The server runs in this process (uvicorn on a thread, loopback) with --parallel = the
 largest client count, so every client has a slot.
 
 The peer is llama.cpp's llama-server: set TORCHBURN_LLAMA_SERVER to its binary and pass --peer-model (or
@@ -81,6 +83,7 @@ def _engine_round(llm, slots: int, ctx: int, chunk: int, batch_tokens: int, prom
     from .. import _C
 
     engine = _C._LLMBatch(llm._model, slots, ctx, chunk, llm._kv_f16, batch_tokens)
+    peak_shared = 0
     try:
         start = time.perf_counter()
         ids = {engine.submit(p, tokens, stop_ids=[]): i for i, p in enumerate(prompts)}
@@ -93,6 +96,7 @@ def _engine_round(llm, slots: int, ctx: int, chunk: int, batch_tokens: int, prom
                 if token >= 0:
                     stamps[request].append(now)
                 finished += finish is not None
+            peak_shared = max(peak_shared, engine.stats.get("kv_blocks_shared", 0))
         wall = time.perf_counter() - start
         stats = engine.stats
     finally:
@@ -104,7 +108,9 @@ def _engine_round(llm, slots: int, ctx: int, chunk: int, batch_tokens: int, prom
             "ttft_p50": _percentile(ttfts, 50), "ttft_p99": _percentile(ttfts, 99),
             "itl_p50": _percentile(gaps, 50), "itl_p99": _percentile(gaps, 99),
             "decode_tok_s": stats["decode_rows"] / stats["decode_seconds"] if stats["decode_seconds"] else 0.0,
-            "mean_batch": stats["decode_rows"] / stats["decode_steps"] if stats["decode_steps"] else 0.0}
+            "mean_batch": stats["decode_rows"] / stats["decode_steps"] if stats["decode_steps"] else 0.0,
+            "reused_tokens": stats["reused_tokens"], "prompt_tokens": stats["prompt_tokens"],
+            "peak_shared_blocks": peak_shared}
 
 
 def _peer_skip_reason(binary: Optional[str], gguf: Optional[str]) -> Optional[str]:
@@ -211,6 +217,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--clients", default="1,4,8,16", help="comma-separated client counts")
     parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--shared-prefix", type=int, default=0,
+                        help="leading prompt tokens common to every client of a round (a system prompt; default 0)")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--prefill-chunk", type=int, default=64)
     parser.add_argument("--batch-tokens", type=int, default=0,
@@ -224,6 +232,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.clients.split(",")]
+    if not 0 <= args.shared_prefix <= args.prompt_tokens:
+        parser.error("--shared-prefix must be in [0, --prompt-tokens]")
 
     from ..llm import LLM
     from ..llm.bench import machine_facts
@@ -241,6 +251,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         time.sleep(0.05)
     rng = random.Random(0)
     vocab = llm.config["vocab_size"] - 1000
+
+    def make_prompts(n: int) -> list[list[int]]:
+        shared = [rng.randrange(1000, vocab) for _ in range(args.shared_prefix)]
+        return [shared + [rng.randrange(1000, vocab) for _ in range(args.prompt_tokens - args.shared_prefix)]
+                for _ in range(n)]
+
     binary = os.environ.get("TORCHBURN_LLAMA_SERVER")
     skip = "--no-peer" if args.no_peer else "--engine-only" if args.engine_only else \
         _peer_skip_reason(binary, args.peer_model)
@@ -253,15 +269,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             asyncio.run(_round(base, "bench", warm, 8))
             if peer:
                 asyncio.run(_round(peer.base, "peer", warm, 8, peer=True))
-            for n in counts:  # distinct prompts: no prefix reuse between clients or rounds
+            for n in counts:  # fresh prompts each round: no reuse between rounds (within one: --shared-prefix)
                 ours, theirs, alone = [], [], []
                 for _ in range(max(1, args.repeats)):
-                    prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(n)]
+                    prompts = make_prompts(n)
                     alone.append(_engine_round(llm, max(counts), ctx, args.prefill_chunk, args.batch_tokens,
                                                prompts, args.tokens))
                     if args.engine_only:
                         continue
-                    prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(n)]
+                    prompts = make_prompts(n)
                     ours.append(asyncio.run(_round(base, "bench", prompts, args.tokens)))
                     if peer:  # the same prompts, right after ours
                         theirs.append(asyncio.run(_round(peer.base, "peer", prompts, args.tokens, peer=True)))
@@ -286,7 +302,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     print(f"machine: {json.dumps(result['machine'])}")
     print(f"model: {args.model} ({args.quant}), prompt {args.prompt_tokens} tokens, {args.tokens} generated, "
-          f"threads {args.threads or 'default'}, prefill chunk {args.prefill_chunk}, "
+          f"shared prefix {args.shared_prefix}, threads {args.threads or 'default'}, prefill chunk {args.prefill_chunk}, "
           f"batch tokens {args.batch_tokens or 'off (one chunk per step)'}")
     decode = single.get("decode_tok_s") or single.get("decode", {}).get("tok_s")
     print(f"single-stream LLM.generate (torchburn-llm benchmark, same run): decode {decode:.1f} tok/s, prefill "
@@ -294,7 +310,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _table("engine alone (C batching engine, polled from Python):", engine_rows)
     for r in engine_rows:
         print(f"  {r['clients']} clients: batched-decode tok/s {r['decode_tok_s']:.1f}, mean rows per step "
-              f"{r['mean_batch']:.1f}")
+              f"{r['mean_batch']:.1f}, prompt tokens reused {r['reused_tokens']} of {r['prompt_tokens']}, "
+              f"KV blocks shared at most {r['peak_shared_blocks']}")
     if rows:
         _table("through HTTP (uvicorn + starlette, AsyncOpenAI streaming clients in this process, logprobs=0):",
                rows)

@@ -46,17 +46,20 @@ class Piece:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reused_tokens: int = 0
+    error: Optional[str] = None         # finish_reason "error": the engine's message
+    error_status: Optional[str] = None  # and its status name ("TB_ERR_OUT_OF_MEMORY": the KV cache is full)
 
 
 class BatchEngine:
     """Many concurrent generations on one :class:`~torchburn.llm.LLM` through the C batching engine."""
 
     def __init__(self, llm: LLM, slots: int = 4, ctx_size: Optional[int] = None, prefill_chunk: int = 0,
-                 batch_tokens: int = 0) -> None:
+                 batch_tokens: int = 0, kv_blocks: int = 0) -> None:
         self.llm = llm
         self.ctx_size = int(ctx_size or llm.max_seq_len)
+        # kv_blocks: the shared KV pool's bound in blocks of 16 positions (0: slots x ctx_size / 16)
         self.engine = _C._LLMBatch(llm._model, int(slots), self.ctx_size, int(prefill_chunk), llm._kv_f16,
-                                   int(batch_tokens), llm.tokenizer._tok)
+                                   int(batch_tokens), llm.tokenizer._tok, int(kv_blocks))
         self.slots = int(slots)
         self._queues: dict[int, Optional[asyncio.Queue]] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -122,6 +125,8 @@ class BatchEngine:
                     finished = final is not None  # else (a stop string) the engine is still generating
                     piece.finish_reason = finish
                     piece.reused_tokens = final["reused_tokens"] if final else 0
+                    if final and "error" in final:
+                        piece.error, piece.error_status = final["error"], final["status"]
                     yield piece
                     return
                 if piece.text or piece.tokens:

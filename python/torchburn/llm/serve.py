@@ -45,7 +45,7 @@ class _State:
 
 
 def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = None, parallel: int = 4,
-               ctx_size: Optional[int] = None, prefill_chunk: int = 0, batch_tokens: int = 0):
+               ctx_size: Optional[int] = None, prefill_chunk: int = 0, batch_tokens: int = 0, kv_blocks: int = 0):
     """The ASGI app. ``load()`` returns a :class:`~torchburn.llm.LLM`; it runs on a thread at startup so that
     ``/health`` answers 503 meanwhile."""
     from starlette.applications import Starlette
@@ -66,7 +66,7 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
         try:
             llm = await loop.run_in_executor(None, load)
             engine = BatchEngine(llm, slots=parallel, ctx_size=ctx_size, prefill_chunk=prefill_chunk,
-                                 batch_tokens=batch_tokens)
+                                 batch_tokens=batch_tokens, kv_blocks=kv_blocks)
         except Exception as exc:  # reported by /health; the server stays up to say so
             state.load_error = f"{type(exc).__name__}: {exc}"
             return
@@ -175,6 +175,16 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
             if message["type"] == "http.disconnect":
                 return
 
+    def engine_error(piece: Piece) -> ApiError:
+        """A request the engine failed: out of memory (the KV pool full while other requests hold it) is a
+        503 the client may retry; anything else a 500."""
+        message = piece.error or state.engine.stats["last_error"]
+        if piece.error_status == "TB_ERR_OUT_OF_MEMORY":
+            return ApiError(503, f"The server is out of KV cache memory for this request: {message}. Retry later, "
+                                 "or start the server with a larger --kv-blocks.", code="kv_cache_full",
+                            kind="server_error")
+        return ApiError(500, "the engine failed: " + message, code="engine_error", kind="server_error")
+
     async def run(request: Request, chat: bool) -> Response:
         body = await read_json(request)
         prompt = chat_messages(body) if chat else completion_prompt(body)
@@ -190,6 +200,8 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
             first = await pieces.__anext__()  # submission errors surface here, before any byte is sent
         except ValueError as exc:
             raise ApiError(400, str(exc), code="invalid_value")
+        if first.finish_reason == "error":
+            raise engine_error(first)
 
         def usage(last: Piece) -> dict:
             return {"prompt_tokens": last.prompt_tokens, "completion_tokens": last.completion_tokens,
@@ -217,8 +229,7 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
                 waiter.cancel()
                 await pieces.aclose()
             if last.finish_reason == "error":
-                raise ApiError(500, "the engine failed: " + state.engine.stats["last_error"], code="engine_error",
-                               kind="server_error")
+                raise engine_error(last)
             text = "".join(collected)
             if chat:
                 choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
@@ -256,6 +267,10 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
                     yield chunk(None, role=True)
                 piece = first
                 while True:
+                    if piece.finish_reason == "error":  # headers are sent: the error goes in the stream
+                        failure = engine_error(piece)
+                        yield f"data: {json.dumps(error_body(failure.status, failure.message, None, failure.code, failure.kind))}\n\n"
+                        return
                     if piece.text or piece.finish_reason is not None or (want_logprobs and piece.tokens):
                         yield chunk(piece)
                     if piece.finish_reason is not None:
@@ -324,9 +339,24 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
             metric("torchburn_decode_tokens_per_second", "gauge", "tokens per second of batched decode time", decode)
             metric("torchburn_decode_batch_size_mean", "gauge", "sequences per decode step, mean",
                    s["decode_rows"] / s["decode_steps"] if s["decode_steps"] else 0.0)
-            metric("torchburn_kv_cache_usage_ratio", "gauge", "cached positions over slots x ctx_size",
-                   s["kv_positions_used"] / s["kv_positions_capacity"])
-            metric("torchburn_kv_cache_bytes", "gauge", "bytes of cached keys and values", s["kv_bytes"])
+            if s["kv_blocks"]:  # the shared block pool (CPU models)
+                metric("torchburn_kv_cache_usage_ratio", "gauge", "KV pool blocks held by requests over pool blocks",
+                       s["kv_blocks_in_use"] / s["kv_blocks"])
+                metric("torchburn_kv_cache_blocks", "gauge", "KV pool blocks of 16 positions (--kv-blocks)",
+                       s["kv_blocks"])
+                metric("torchburn_kv_cache_blocks_in_use", "gauge", "KV blocks held by running requests",
+                       s["kv_blocks_in_use"])
+                metric("torchburn_kv_cache_blocks_shared", "gauge", "KV blocks held by more than one request",
+                       s["kv_blocks_shared"])
+                metric("torchburn_kv_cache_blocks_cached", "gauge",
+                       "KV blocks held by no request that keep a prompt prefix for reuse (evicted first when needed)",
+                       s["kv_blocks_cached"])
+                metric("torchburn_kv_cache_blocks_evicted_total", "counter", "cached KV blocks evicted for reuse",
+                       s["kv_blocks_evicted"])
+            else:  # GPU models: per-slot caches
+                metric("torchburn_kv_cache_usage_ratio", "gauge", "cached positions over slots x ctx_size",
+                       s["kv_positions_used"] / s["kv_positions_capacity"])
+            metric("torchburn_kv_cache_bytes", "gauge", "bytes of KV cache memory allocated", s["kv_bytes"])
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     async def not_found(request: Request, exc) -> Response:
@@ -361,6 +391,9 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     parser.add_argument("--batch-tokens", type=int, default=0,
                         help="engine token budget per step: decoding rows plus prompt chunks (0 or >= "
                              "--prefill-chunk; default 0: one prompt chunk per step)")
+    parser.add_argument("--kv-blocks", type=int, default=0,
+                        help="KV pool size in blocks of 16 positions shared by all slots, allocated as used "
+                             "(default 0: --parallel x --ctx-size / 16)")
     parser.add_argument("--threads", "-t", type=int, default=None, help="kernel threads (default: physical cores)")
     parser.add_argument("--model-name", default=None, help="model id reported by /v1/models (default: --model)")
     parser.add_argument("--group-size", type=int, default=64, choices=[32, 64, 128, 256], help="int4 group size")
@@ -380,6 +413,9 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
         if value < low:
             print(f"torchburn-llm serve: {name} must be >= {low}, got {value}")
             return 2
+    if not 0 <= args.kv_blocks <= 2**28:
+        print(f"torchburn-llm serve: --kv-blocks must be in [0, 268435456], got {args.kv_blocks}")
+        return 2
     if args.batch_tokens != 0 and not args.prefill_chunk <= args.batch_tokens <= 65536:
         print(f"torchburn-llm serve: --batch-tokens must be 0 or in [--prefill-chunk, 65536], got {args.batch_tokens}")
         return 2
@@ -392,7 +428,8 @@ def main(argv: Optional[Sequence[str]] = None, args: Optional[argparse.Namespace
                                    group_size=args.group_size, quiet=True)
 
     app = create_app(load, args.model_name or str(args.model), api_key=args.api_key, parallel=args.parallel,
-                     ctx_size=args.ctx_size, prefill_chunk=args.prefill_chunk, batch_tokens=args.batch_tokens)
+                     ctx_size=args.ctx_size, prefill_chunk=args.prefill_chunk, batch_tokens=args.batch_tokens,
+                     kv_blocks=args.kv_blocks)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_keep_alive=5, h11_max_incomplete_event_size=65536)
     return 0
 
