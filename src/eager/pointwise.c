@@ -597,8 +597,18 @@ tb_status tb_eager_where(const tb_tensor *cond, tb_eager_operand a, tb_eager_ope
         for (int64_t i = 0; i < n; i++)                                                                  \
             out[i] = (__typeof__(out[0]))(g[i] * tb_pw_grad_##name(x[i], y[i], p));                      \
         break;
+/* relu is torch's threshold_backward(grad, result, 0): a select, not grad * derivative (so a NaN result
+ * passes the gradient and an inf gradient at a zero result gives 0, not NaN), loaded unconditionally so the
+ * compiler makes it branch-free: a branch on the sign of the activations mispredicts half the time. */
 #define DEFINE_UNARY_GRAD(NAME, T)                                                                       \
     static void NAME(int op, const T *g, const T *x, const T *y, T *out, int64_t n, const tb_pw_params *p) { \
+        if (op == TB_PW_RELU) {                                                                          \
+            for (int64_t i = 0; i < n; i++) {                                                            \
+                T grad_value = g[i];                                                                     \
+                out[i] = y[i] <= 0 ? (T)0 : grad_value;                                                  \
+            }                                                                                            \
+            return;                                                                                      \
+        }                                                                                                \
         switch (op) {                                                                                    \
             TB_PW_UNARY_FLOAT_LIST(UNARY_GRAD_CASE) TB_PW_UNARY_SAME_LIST(UNARY_GRAD_CASE)               \
         default: for (int64_t i = 0; i < n; i++) out[i] = 0; break;                                      \
