@@ -18,6 +18,15 @@ static const int activation_unary[TB_ACTIVATION_COUNT] = {
     [TB_ACTIVATION_TANH] = TB_UNARY_TANH,
 };
 
+/* How conv_run computes a convolution; chosen once per call by choose_path. */
+typedef enum conv_path {
+    CONV_POINTWISE,     /* 1x1 stride 1: a batched GEMM on the input planes, weights read as they are */
+    CONV_PLANES,        /* one input channel per group: a direct kernel per output plane, weights as they are */
+    CONV_DIRECT,        /* the direct path over rows of vector slots: packs the weights */
+    CONV_PACKED,        /* im2col into packed GEMM panels per (image, group): packs the weights */
+    CONV_PACKED_IMAGES, /* the same over the columns of all images concatenated: packs the weights */
+} conv_path;
+
 typedef struct conv_job {
     const tb_conv_shape *s;
     const float *x;        /* [N, C_in, H, W] */
@@ -29,6 +38,7 @@ typedef struct conv_job {
     tb_activation activation;
     tb_conv_direct_fn direct;    /* the direct path (kernels/nn_kernels.h), or NULL */
     int64_t slots;               /* its slots per (image, group) */
+    conv_path path;              /* chosen by choose_path */
     tb_conv_gemm plan;           /* the packed GEMM path */
     const float *packed_weight;  /* groups x tb_conv_gemm_weight_floats */
     int64_t tile, tiles;         /* output columns per task; tasks per (image, group) */
@@ -219,16 +229,32 @@ static bool is_pointwise(const tb_conv_shape *s) {
            g->pad_left == 0 && s->out_h == s->in_h && s->out_w == s->in_w;
 }
 
-/* Whether conv_run packs the weights (direct or packed path), so that a BN scale can be applied while
- * packing; the batched-GEMM 1x1 path and the one-channel-per-group planes read the weights as they are. */
-static bool packs_weights(const tb_conv_shape *s) {
+/* Whether a path packs the weights, so that a BN scale can be applied while packing. */
+static bool path_packs_weights(conv_path path) { return path >= CONV_DIRECT; }
+
+/* Chooses the path for s and initialises *plan, the packed GEMM plan the packed paths use. */
+static conv_path choose_path(const tb_conv_shape *s, tb_conv_gemm *plan) {
+    tb_conv_gemm_init(plan, tb_isa_active(), s->out_per_group, s->k);
+    bool images = concatenate_images(s, plan->nr);
+    /* 1x1 planes too small for the GEMM's panels take the packed path's concatenated columns */
+    if (is_pointwise(s))
+        return images ? CONV_PACKED_IMAGES : CONV_POINTWISE;
     if (s->groups > 1 && s->in_per_group == 1)
-        return false;
-    if (!is_pointwise(s))
-        return true;
-    tb_conv_gemm plan;
-    tb_conv_gemm_init(&plan, tb_isa_active(), s->out_per_group, s->k);
-    return concatenate_images(s, plan.nr);
+        return CONV_PLANES;
+    /* The direct path needs rows of a stride it handles and pays per output row: rows narrower
+     * than most of a vector go through im2col panels, which pack several rows into one tile. */
+    const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
+    const tb_window_geometry *g = &s->geometry;
+    if (kernels->conv_direct && g->stride_w <= kernels->conv_direct_max_stride &&
+        s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS && s->out_w >= kernels->conv_direct_lanes * 3 / 4) {
+        /* the direct path splits only columns: when that leaves threads idle (batch 1, small planes,
+         * many channels) the packed path, which also splits output channels, wins */
+        int64_t lanes = kernels->conv_direct_lanes, tile, tiles;
+        choose_tiles(s, s->out_h * ((s->out_w + lanes - 1) / lanes), CONV_MIN_SLOTS, 2, &tile, &tiles);
+        if (!(s->batch * s->groups * tiles < tb_num_threads() && s->out_per_group >= 64))
+            return CONV_DIRECT;
+    }
+    return images ? CONV_PACKED_IMAGES : CONV_PACKED;
 }
 
 static tb_status conv_run(conv_job *job) {
@@ -236,28 +262,11 @@ static tb_status conv_run(conv_job *job) {
     int64_t spatial = s->out_h * s->out_w;
     if (s->batch == 0 || s->out_channels == 0 || spatial == 0)
         return TB_OK;
-    const tb_window_geometry *g = &s->geometry;
-    bool pointwise = is_pointwise(s);
-    const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
-    /* 1x1 planes too small for the GEMM's panels take the packed path's concatenated columns */
-    tb_conv_gemm_init(&job->plan, tb_isa_active(), s->out_per_group, s->k);
-    if (pointwise && !concatenate_images(s, job->plan.nr))
+    if (job->path == CONV_POINTWISE)
         return conv_pointwise(job);
     atomic_init(&job->failure.status, TB_OK);
-    /* The direct path needs rows of a stride it handles and pays per output row: rows narrower
-     * than most of a vector go through im2col panels, which pack several rows into one tile. */
-    bool direct = !pointwise && kernels->conv_direct && g->stride_w <= kernels->conv_direct_max_stride &&
-                  s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS &&
-                  s->out_w >= kernels->conv_direct_lanes * 3 / 4 && !(s->groups > 1 && s->in_per_group == 1);
-    if (direct) {
-        /* the direct path splits only columns: when that leaves threads idle (batch 1, small planes,
-         * many channels) the packed path, which also splits output channels, wins */
-        int64_t lanes = kernels->conv_direct_lanes, tile, tiles;
-        choose_tiles(s, s->out_h * ((s->out_w + lanes - 1) / lanes), CONV_MIN_SLOTS, 2, &tile, &tiles);
-        if (s->batch * s->groups * tiles < tb_num_threads() && s->out_per_group >= 64)
-            direct = false;
-    }
-    if (direct) {
+    if (job->path == CONV_DIRECT) {
+        const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
         int64_t lanes = kernels->conv_direct_lanes;
         job->direct = kernels->conv_direct;
         job->slots = s->out_h * ((s->out_w + lanes - 1) / lanes);
@@ -274,15 +283,14 @@ static tb_status conv_run(conv_job *job) {
         choose_tiles(s, job->slots, CONV_MIN_SLOTS, 2, &job->tile, &job->tiles); /* a register tile is two slots */
         tb_parallel_for(s->batch * s->groups * job->tiles, 1, conv_direct_tasks, job);
         tb_tensor_release(&packed);
-    } else if (s->groups > 1 && s->in_per_group == 1) {
+    } else if (job->path == CONV_PLANES) {
         int64_t planes = s->batch * s->out_channels;
         int64_t grain = spatial * s->k >= TB_OPS_GRAIN ? 1 : TB_OPS_GRAIN / (spatial * s->k);
         tb_parallel_for(planes, grain, conv_direct_planes, job);
     } else {
-        tb_conv_gemm_init(&job->plan, tb_isa_active(), s->out_per_group, s->k);
         tb_tensor packed = {0};
         TB_TRY(pack_weights(job, &packed));
-        if (concatenate_images(s, job->plan.nr)) {
+        if (job->path == CONV_PACKED_IMAGES) {
             /* one task per thread over whole panels of the concatenated columns, so each streams the
              * weight once; output channels split too when the panels are fewer than the threads */
             int64_t threads = tb_num_threads(), panels = (s->batch * spatial + job->plan.nr - 1) / job->plan.nr;
@@ -295,20 +303,18 @@ static tb_status conv_run(conv_job *job) {
             job->m_rows = (job->plan.m_panels + parts - 1) / parts * job->plan.mr;
             job->m_parts = (s->out_channels + job->m_rows - 1) / job->m_rows;
             tb_parallel_for(job->tiles * job->m_parts, 1, conv_images_tasks, job);
-            tb_tensor_release(&packed);
-            tb_status failed = (tb_status)atomic_load(&job->failure.status);
-            return failed == TB_OK ? TB_OK : tb_error_set(failed, "conv2d: out of memory for im2col scratch");
+        } else {
+            choose_tiles(s, spatial, CONV_MIN_TILE, job->plan.nr, &job->tile, &job->tiles);
+            /* few column tasks (batch 1, small late-stage planes): also split the output channels, so
+             * every thread works and each streams only its part of the weight */
+            int64_t column_tasks = s->batch * s->groups * job->tiles, threads = tb_num_threads();
+            int64_t parts = column_tasks >= threads ? 1 : (threads + column_tasks - 1) / column_tasks;
+            if (parts > job->plan.m_panels)
+                parts = job->plan.m_panels;
+            job->m_rows = (job->plan.m_panels + parts - 1) / parts * job->plan.mr;
+            job->m_parts = (s->out_per_group + job->m_rows - 1) / job->m_rows;
+            tb_parallel_for(column_tasks * job->m_parts, 1, conv_packed_tasks, job);
         }
-        choose_tiles(s, spatial, CONV_MIN_TILE, job->plan.nr, &job->tile, &job->tiles);
-        /* few column tasks (batch 1, small late-stage planes): also split the output channels, so every
-         * thread works and each streams only its part of the weight */
-        int64_t column_tasks = s->batch * s->groups * job->tiles, threads = tb_num_threads();
-        int64_t parts = column_tasks >= threads ? 1 : (threads + column_tasks - 1) / column_tasks;
-        if (parts > job->plan.m_panels)
-            parts = job->plan.m_panels;
-        job->m_rows = (job->plan.m_panels + parts - 1) / parts * job->plan.mr;
-        job->m_parts = (s->out_per_group + job->m_rows - 1) / job->m_rows;
-        tb_parallel_for(column_tasks * job->m_parts, 1, conv_packed_tasks, job);
         tb_tensor_release(&packed);
     }
     tb_status status = (tb_status)atomic_load(&job->failure.status);
@@ -379,9 +385,12 @@ tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, 
         status = tb_nn_stage_vector(epilogue->scale, s.out_channels, "conv2d: scale", &t[SCALE]);
     if (status == TB_OK && epilogue)
         status = tb_nn_stage_vector(epilogue->shift, s.out_channels, "conv2d: shift", &t[SHIFT]);
-    if (status == TB_OK)
-        status = fold_epilogue(&t[W], &t[BIAS], &t[SCALE], &t[SHIFT], s.out_channels, s.k, !packs_weights(&s),
-                               &t[FOLDED_W], &t[FOLDED_B]);
+    conv_job job = {.s = &s, .activation = (tb_activation)activation};
+    if (status == TB_OK) {
+        job.path = choose_path(&s, &job.plan);
+        status = fold_epilogue(&t[W], &t[BIAS], &t[SCALE], &t[SHIFT], s.out_channels, s.k,
+                               !path_packs_weights(job.path), &t[FOLDED_W], &t[FOLDED_B]);
+    }
     int64_t shape[4] = {s.batch, s.out_channels, s.out_h, s.out_w};
     if (status == TB_OK && epilogue && epilogue->residual) {
         /* the residual broadcasts against the caller's (possibly unbatched) output shape */
@@ -391,11 +400,12 @@ tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, 
     if (status == TB_OK)
         status = tb_tensor_empty(TB_F32, 4, shape, TB_ALLOC_DEFAULT, &t[RESULT]);
     if (status == TB_OK) {
-        conv_job job = {
-            .s = &s, .x = tb_tensor_data(&t[X]), .w = tb_tensor_data(&t[FOLDED_W]), .bias = tb_nn_data(&t[FOLDED_B]),
-            .row_scale = packs_weights(&s) ? tb_nn_data(&t[SCALE]) : NULL,
-            .residual = tb_nn_data(&t[RESIDUAL]), .y = tb_tensor_data(&t[RESULT]), .activation = (tb_activation)activation,
-        };
+        job.x = tb_tensor_data(&t[X]);
+        job.w = tb_tensor_data(&t[FOLDED_W]);
+        job.bias = tb_nn_data(&t[FOLDED_B]);
+        job.row_scale = path_packs_weights(job.path) ? tb_nn_data(&t[SCALE]) : NULL;
+        job.residual = tb_nn_data(&t[RESIDUAL]);
+        job.y = tb_tensor_data(&t[RESULT]);
         status = conv_run(&job);
     }
     if (status == TB_OK)

@@ -135,31 +135,53 @@ static void test_panel_rows(void) {
     }
 }
 
-/* Every allocation of a convolution that takes the direct path (staging, folded weights, packed
- * panels, output) failing in turn: a clean TB_ERR_OUT_OF_MEMORY saying what failed, an untouched
- * (zeroed) output, nothing leaked (the sanitizer build checks), and success once memory is back. */
-static void test_out_of_memory(void) {
-    int64_t xs[4] = {2, 4, 6, 20}, ws[4] = {16, 4, 3, 3};
-    tb_tensor x, w, out;
+/* Every allocation of one convolution failing in turn: a clean TB_ERR_OUT_OF_MEMORY saying what
+ * failed, an untouched (zeroed) output, nothing leaked (the sanitizer build checks), and success once
+ * memory is back. Returns whether a failure was the workers' im2col scratch. */
+static bool check_out_of_memory(const int64_t xs[4], const int64_t ws[4], bool bn_scale) {
+    tb_tensor x, w, scale, out;
+    int64_t channels = ws[0];
     TB_CHECK(tb_tensor_empty(TB_F32, 4, xs, TB_ALLOC_ZERO, &x) == TB_OK);
     TB_CHECK(tb_tensor_empty(TB_F32, 4, ws, TB_ALLOC_ZERO, &w) == TB_OK);
+    TB_CHECK(tb_tensor_empty(TB_F32, 1, &channels, TB_ALLOC_ZERO, &scale) == TB_OK);
     tb_conv2d_params params = {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+    tb_conv2d_epilogue epilogue = {.scale = &scale, .activation = TB_ACTIVATION_RELU};
     tb_status status = TB_ERR_OUT_OF_MEMORY;
     int64_t successes = 0;
+    bool scratch_failed = false;
     for (; status == TB_ERR_OUT_OF_MEMORY && successes < 64; successes++) {
         memset(&out, 0, sizeof out);
         tb_alloc_fail_after(successes);
-        status = tb_op_conv2d(&x, &w, NULL, &params, &out);
+        status = tb_op_conv2d_fused(&x, &w, NULL, &params, bn_scale ? &epilogue : NULL, &out);
         tb_alloc_fail_after(-1);
-        if (status == TB_ERR_OUT_OF_MEMORY)
-            TB_CHECK_MSG(out.storage == NULL && strstr(tb_error_message(), "allocation of") != NULL,
-                         "after %lld allocations: '%s'", (long long)successes, tb_error_message());
+        if (status != TB_ERR_OUT_OF_MEMORY)
+            continue;
+        bool scratch = strstr(tb_error_message(), "im2col scratch") != NULL;
+        scratch_failed |= scratch;
+        TB_CHECK_MSG(out.storage == NULL && (scratch || strstr(tb_error_message(), "allocation of") != NULL),
+                     "after %lld allocations: '%s'", (long long)successes, tb_error_message());
     }
     TB_CHECK_MSG(status == TB_OK && successes > 1, "%s after %lld allocations", tb_status_name(status),
                  (long long)successes);
     tb_tensor_release(&out);
     tb_tensor_release(&x);
     tb_tensor_release(&w);
+    tb_tensor_release(&scale);
+    return scratch_failed;
+}
+
+/* The direct path (staging, packed weights, output), then the packed path (3-wide rows are too narrow
+ * for the direct one) and the packed path over concatenated images (batch 2 of 3x3 planes), with the BN
+ * scale applied while packing. Each case has a larger k than the one before (the scalar ISA has no
+ * direct path, so its first case already takes the packed one), so it needs a larger scratch and its
+ * workers' scratch is allocated, and fails, inside the loop. */
+static void test_out_of_memory(void) {
+    static const int64_t direct_x[4] = {2, 4, 6, 20}, direct_w[4] = {16, 4, 3, 3};
+    static const int64_t packed_x[4] = {1, 8, 3, 3}, packed_w[4] = {16, 8, 3, 3};
+    static const int64_t images_x[4] = {2, 16, 3, 3}, images_w[4] = {16, 16, 3, 3};
+    check_out_of_memory(direct_x, direct_w, false);
+    TB_CHECK_MSG(check_out_of_memory(packed_x, packed_w, true), "packed path: its scratch never failed");
+    TB_CHECK_MSG(check_out_of_memory(images_x, images_w, true), "concatenated images: their scratch never failed");
 }
 
 int main(void) {

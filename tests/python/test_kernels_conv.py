@@ -23,11 +23,10 @@ SHAPES = [  # (c_in, c_out, size, kernel, stride, padding)
 ]
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_conv_resnet_shapes_with_fused_epilogue(shape, batch):
-    cin, cout, size, kernel, stride, padding = shape
-    g = torch.Generator().manual_seed(cin * 7 + cout + batch)
+def check_conv(batch, cin, cout, size, kernel, stride, padding, seed):
+    """The fused BN-fold (scale/shift), ReLU and residual epilogue against a float64 torch
+    reference, and the plain convolution against torch's; returns (x, w) for further checks."""
+    g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, cin, size, size, generator=g)
     w = torch.randn(cout, cin, kernel, kernel, generator=g) / (cin * kernel * kernel) ** 0.5
     bias = torch.randn(cout, generator=g)
@@ -40,6 +39,14 @@ def test_conv_resnet_shapes_with_fused_epilogue(shape, batch):
     torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-4)
     plain = nn_ops.conv2d(x, w, None, stride, padding)
     torch.testing.assert_close(plain, F.conv2d(x, w, None, stride, padding), rtol=1e-4, atol=1e-4)
+    return x, w
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_conv_resnet_shapes_with_fused_epilogue(shape, batch):
+    cin, cout = shape[:2]
+    check_conv(batch, *shape, seed=cin * 7 + cout + batch)
 
 
 def test_conv_under_forced_small_k_blocks():
@@ -66,20 +73,8 @@ def test_conv_under_forced_small_k_blocks():
     (3, 32, 29, 14, 3, 2, 1),
 ], ids=lambda s: "x".join(map(str, s)))
 def test_conv_concatenated_images(shape):
-    batch, cin, cout, size, kernel, stride, padding = shape
-    g = torch.Generator().manual_seed(batch * 100 + cin)
-    x = torch.randn(batch, cin, size, size, generator=g)
-    w = torch.randn(cout, cin, kernel, kernel, generator=g) / (cin * kernel * kernel) ** 0.5
-    bias = torch.randn(cout, generator=g)
-    scale, shift = torch.rand(cout, generator=g) + 0.5, torch.randn(cout, generator=g)
-    conv = F.conv2d(x.double(), w.double(), bias.double(), stride, padding)
-    residual = torch.randn(conv.shape, generator=g)
-    expected = torch.relu(conv * scale.double()[:, None, None] + shift.double()[:, None, None]) + residual.double()
-    got = nn_ops.conv2d_fused(x, w, bias, stride, padding, scale=scale, shift=shift, activation="relu",
-                              residual=residual)
-    torch.testing.assert_close(got, expected.float(), rtol=1e-4, atol=1e-4)
-    plain = nn_ops.conv2d(x, w, None, stride, padding)
-    torch.testing.assert_close(plain, F.conv2d(x, w, None, stride, padding), rtol=1e-4, atol=1e-4)
+    batch, cin, _, _, _, stride, padding = shape
+    x, w = check_conv(*shape, seed=batch * 100 + cin)
     try:
         _C.gemm_set_blocking(0, 40, 0)  # short k blocks: the concatenated C accumulates over several
         blocked = nn_ops.conv2d(x, w, None, stride, padding)
