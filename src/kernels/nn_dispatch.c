@@ -18,7 +18,7 @@ static const tb_nn_kernels nn_kernels_avx2 = {
     .conv_direct = tb_conv_direct_avx2,
     .conv_direct_lanes = 8,
     .conv_direct_rows = 6,
-    .conv_direct_max_stride = 1,
+    .conv_direct_max_stride = 1, /* stride 2 here (a deinterleave per 6-channel tile) lost to im2col panels */
 };
 
 static const tb_nn_kernels nn_kernels_avx512 = {

@@ -21,6 +21,10 @@ static const geometry_case cases[] = {
     {4, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1},    {2, 10, 17, 5, 5, 1, 1, 2, 2, 1, 1}, {2, 11, 11, 3, 3, 2, 2, 1, 1, 1, 1},
     {1, 12, 13, 3, 2, 1, 1, 2, 0, 2, 3},  {3, 6, 6, 1, 1, 1, 1, 0, 0, 1, 1},   {1, 4, 70, 3, 7, 1, 1, 1, 3, 1, 1},
     {2, 3, 1, 3, 1, 1, 1, 1, 0, 1, 1},    {1, 8, 8, 4, 4, 3, 2, 3, 3, 1, 1},   {1, 9, 20, 2, 9, 1, 1, 0, 8, 1, 2},
+    /* rows wide enough for whole vectors inside the row at stride 2 (a stem-like 7x7/2), larger
+     * strides (gathered: a patchify 4x4/4, stride 3 with dilation), a 1x1/2 projection */
+    {3, 20, 40, 7, 7, 2, 2, 3, 3, 1, 1},  {2, 9, 37, 3, 3, 2, 2, 1, 1, 1, 1},  {2, 16, 48, 4, 4, 4, 4, 0, 0, 1, 1},
+    {1, 10, 50, 3, 3, 1, 3, 1, 2, 1, 2},  {1, 6, 33, 1, 1, 2, 2, 0, 0, 1, 1},
 };
 enum { CASE_COUNT = sizeof cases / sizeof cases[0] };
 
