@@ -23,6 +23,7 @@ typedef struct tile_out {
     float *y0, *y1;
     int64_t ldy;
     __m256i store0, store1;
+    bool whole; /* both runs store all 8 lanes */
     bool relu;
 } tile_out;
 
@@ -68,8 +69,13 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, cons
     }
 #pragma GCC unroll 8
     for (int i = 0; i < ROWS; i++) {
-        _mm256_maskstore_ps(out->y0 + i * out->ldy, out->store0, acc0[i]);
-        _mm256_maskstore_ps(out->y1 + i * out->ldy, out->store1, acc1[i]);
+        if (out->whole) { /* plain stores when both runs are 8 lanes (masked stores are slow on AMD parts) */
+            _mm256_storeu_ps(out->y0 + i * out->ldy, acc0[i]);
+            _mm256_storeu_ps(out->y1 + i * out->ldy, acc1[i]);
+        } else {
+            _mm256_maskstore_ps(out->y0 + i * out->ldy, out->store0, acc0[i]);
+            _mm256_maskstore_ps(out->y1 + i * out->ldy, out->store1, acc1[i]);
+        }
     }
 }
 
@@ -151,7 +157,7 @@ void tb_conv_direct_avx2(const tb_conv_direct_args *args, int64_t slot_begin, in
             int rows = tb_conv_direct_panel_rows(args->m, MAX_ROWS, p, &row0);
             float *y = args->y + row0 * args->ldy;
             tile_out o = {.y0 = y + out[0], .y1 = y + out[1], .ldy = args->ldy, .store0 = store[0], .store1 = store[1],
-                          .relu = relu};
+                          .whole = lanes[0] == LANES && lanes[1] == LANES, .relu = relu};
             rows_by_count[inside][rows](g, &t, taps, args->x, args->packed + row0 * k, args->bias ? args->bias + row0 : NULL,
                                 &o);
             for (int v = 0; v < 2 && post; v++) {

@@ -112,11 +112,21 @@ static void pack_a_avx2(const float *a, int64_t row_stride, int64_t col_stride, 
             __m256i k_mask = mask_first(count);
             __m256 r[8];
             for (int i = 0; i < 8; i++)
-                r[i] = i < rows ? _mm256_maskload_ps(a + i * row_stride + p0, k_mask) : _mm256_setzero_ps();
+                r[i] = i >= rows ? _mm256_setzero_ps()
+                       : count == 8 ? _mm256_loadu_ps(a + i * row_stride + p0)
+                                    : _mm256_maskload_ps(a + i * row_stride + p0, k_mask);
             transpose8(r);
-            __m256i panel_mask = mask_first(MR);
-            for (int p = 0; p < count; p++)
-                _mm256_maskstore_ps(a_panel + (p0 + p) * MR, panel_mask, r[p]);
+            /* Whole 8-lane stores, each spilling two lanes into the next k's entries, which the next
+             * store overwrites (masked stores are slow on AMD parts); the panel's last k stores its
+             * MR = 6 floats exactly. */
+            float *dst = a_panel + p0 * MR;
+            int whole = p0 + count < kc ? count : count - 1;
+            for (int p = 0; p < whole; p++)
+                _mm256_storeu_ps(dst + p * MR, r[p]);
+            if (whole < count) {
+                _mm_storeu_ps(dst + whole * MR, _mm256_castps256_ps128(r[whole]));
+                _mm_storel_pi((__m64 *)(dst + whole * MR + 4), _mm256_extractf128_ps(r[whole], 1));
+            }
         }
         return;
     }
@@ -158,16 +168,21 @@ static void epilogue_avx2(float *c, int64_t c_row_stride, int rows, int cols, co
         const float *residual = e->residual ? e->residual + i * e->residual_row_stride : NULL;
         __m256 row_bias = _mm256_set1_ps(e->bias_kind == TB_BIAS_PER_ROW ? e->bias[i] : 0.0f);
         for (int j = 0; j < cols; j += 8) {
+            /* whole vectors use plain loads and stores (masked stores are slow on AMD parts) */
+            bool whole = cols - j >= 8;
             __m256i m = mask_first(cols - j);
-            __m256 x = _mm256_maskload_ps(row + j, m);
+            __m256 x = whole ? _mm256_loadu_ps(row + j) : _mm256_maskload_ps(row + j, m);
             if (e->bias_kind == TB_BIAS_PER_COLUMN)
-                x = _mm256_add_ps(x, _mm256_maskload_ps(e->bias + j, m));
+                x = _mm256_add_ps(x, whole ? _mm256_loadu_ps(e->bias + j) : _mm256_maskload_ps(e->bias + j, m));
             else if (e->bias_kind == TB_BIAS_PER_ROW)
                 x = _mm256_add_ps(x, row_bias);
             x = tb_activation_avx2(x, e->activation);
             if (residual)
-                x = _mm256_add_ps(x, _mm256_maskload_ps(residual + j, m));
-            _mm256_maskstore_ps(row + j, m, x);
+                x = _mm256_add_ps(x, whole ? _mm256_loadu_ps(residual + j) : _mm256_maskload_ps(residual + j, m));
+            if (whole)
+                _mm256_storeu_ps(row + j, x);
+            else
+                _mm256_maskstore_ps(row + j, m, x);
         }
     }
 }
@@ -212,8 +227,11 @@ static inline __attribute__((always_inline)) void small_rowmajor_block(const int
             float *dst = c + i * ldc + 8 * v;
             __m256 r = _mm256_mul_ps(acc[i][v], valpha);
             if (beta != 0.0f)
-                r = _mm256_fmadd_ps(_mm256_maskload_ps(dst, mask[v]), vbeta, r);
-            _mm256_maskstore_ps(dst, mask[v], r);
+                r = _mm256_fmadd_ps(FULL ? _mm256_loadu_ps(dst) : _mm256_maskload_ps(dst, mask[v]), vbeta, r);
+            if (FULL)
+                _mm256_storeu_ps(dst, r);
+            else
+                _mm256_maskstore_ps(dst, mask[v], r);
         }
 }
 
