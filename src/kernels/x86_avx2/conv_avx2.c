@@ -140,7 +140,10 @@ void tb_conv2d_plane_avx2(const tb_window_geometry *g, const float *x, const flo
                     acc = _mm256_fmadd_ps(_mm256_set1_ps(w[kh * g->kernel_w + kw]), v, acc);
                 }
             }
-            _mm256_maskstore_ps(y + oh * g->out_w + ow0, store, acc);
+            if (n == 8) /* plain stores for whole vectors (masked stores are slow on AMD parts) */
+                _mm256_storeu_ps(y + oh * g->out_w + ow0, acc);
+            else
+                _mm256_maskstore_ps(y + oh * g->out_w + ow0, store, acc);
         }
     }
 }
