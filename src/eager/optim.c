@@ -1,14 +1,21 @@
 /* The optimizer steps of turbo_torch.optim (see torchburn/eager_optim.h): each parameter is walked
  * in chunks that are widened to double, updated with PyTorch's single-tensor formula, and rounded
- * back to the tensor's dtype once per stored value. The step counters are bumped first, one per
+ * back to the tensor's dtype once per stored value; float32 SGD instead computes in float32 with
+ * PyTorch's own roundings (sgd_f32_range). The step counters are bumped first, one per
  * parameter; then the (parameter, chunk) items of a large step are spread over the thread pool.
  * Every element is updated alone, so the split never changes a result. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(TB_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SGD_F32_AVX2 1
+#endif
+
 #include "eager/eager_internal.h"
 #include "torchburn/alloc.h"
+#include "torchburn/cpu.h"
 #include "torchburn/eager_optim.h"
 #include "torchburn/thread_pool.h"
 
@@ -220,20 +227,78 @@ static void adagrad_chunk(const tb_optim_options *o, double step, int64_t n, chu
     }
 }
 
-/* Plain SGD (no momentum) on float32 elements [begin, end) in one pass, without the double chunk:
- * the same double operations as sgd_chunk (negate, add the decay term, step) and one rounding. */
+/* float32 SGD, computed in float32 as PyTorch's CPU SGD (single-tensor and foreach) does: each of its
+ * tensor ops is one float32 rounding, and its `add(x, alpha=a)` is a fused multiply-add with a rounded
+ * to float32 (ATen's vectorized fmadd):
+ *   d = maximize ? -g : g;   d = fma(p, wd, d)                     (weight_decay != 0)
+ *   buf = fresh ? d : fma(d, 1 - dampening, buf * momentum)         (momentum != 0)
+ *   d = nesterov ? fma(buf, momentum, d) : buf;   p = fma(d, -lr, p)
+ * so float32 trajectories are PyTorch's bit for bit (fmaf is exact; so is the AVX2 body's vfmadd). */
+typedef struct sgd_f32 {
+    float neg_lr, decay, momentum, keep;
+    bool maximize, has_decay, has_momentum, nesterov, fresh;
+} sgd_f32;
+
+static sgd_f32 sgd_f32_constants(const tb_optim_options *o, bool fresh) {
+    sgd_f32 k = {(float)-o->lr, (float)o->weight_decay, (float)o->momentum, (float)(1 - o->dampening),
+                 o->maximize, o->weight_decay != 0, o->momentum != 0, o->nesterov, fresh};
+    return k;
+}
+
+static void sgd_f32_scalar(const sgd_f32 *k, int64_t n, float *restrict p, const float *restrict g,
+                           float *restrict buf) {
+    for (int64_t i = 0; i < n; i++) {
+        float d = k->maximize ? -g[i] : g[i];
+        if (k->has_decay) /* not g + 0 * p: an infinite parameter would make that NaN */
+            d = fmaf(p[i], k->decay, d);
+        if (k->has_momentum) {
+            float b = k->fresh ? d : fmaf(d, k->keep, buf[i] * k->momentum);
+            buf[i] = b;
+            d = k->nesterov ? fmaf(b, k->momentum, d) : b;
+        }
+        p[i] = fmaf(d, k->neg_lr, p[i]);
+    }
+}
+
+#ifdef SGD_F32_AVX2
+/* The same operations eight lanes at a time (compiled for AVX2 + FMA here, chosen at run time when the
+ * active ISA has them); the tail goes through the scalar body, whose fmaf rounds identically. */
+__attribute__((target("avx2,fma"))) static void sgd_f32_avx2(const sgd_f32 *k, int64_t n, float *p, const float *g,
+                                                             float *buf) {
+    const __m256 neg_lr = _mm256_set1_ps(k->neg_lr), decay = _mm256_set1_ps(k->decay);
+    const __m256 momentum = _mm256_set1_ps(k->momentum), keep = _mm256_set1_ps(k->keep);
+    const __m256 sign = _mm256_set1_ps(k->maximize ? -0.0f : 0.0f); /* xor: negate under maximize */
+    const bool has_decay = k->has_decay, has_momentum = k->has_momentum, nesterov = k->nesterov, fresh = k->fresh;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 vp = _mm256_loadu_ps(p + i), d = _mm256_xor_ps(_mm256_loadu_ps(g + i), sign);
+        if (has_decay)
+            d = _mm256_fmadd_ps(vp, decay, d);
+        if (has_momentum) {
+            __m256 b = fresh ? d : _mm256_fmadd_ps(d, keep, _mm256_mul_ps(_mm256_loadu_ps(buf + i), momentum));
+            _mm256_storeu_ps(buf + i, b);
+            d = nesterov ? _mm256_fmadd_ps(b, momentum, d) : b;
+        }
+        _mm256_storeu_ps(p + i, _mm256_fmadd_ps(d, neg_lr, vp));
+    }
+    sgd_f32_scalar(k, n - i, p + i, g + i, buf ? buf + i : NULL);
+}
+#endif
+
+/* float32 SGD on elements [begin, end) of one parameter in one pass (no double chunk). */
 static void sgd_f32_range(const tb_optim_options *o, tb_optim_slot *s, int64_t begin, int64_t end) {
-    float *restrict p = (float *)tb_tensor_data(s->param) + begin;
-    const float *restrict g = (const float *)tb_tensor_data(s->grad) + begin;
-    const double lr = o->lr, sign = o->maximize ? -1.0 : 1.0, decay = o->weight_decay;
-    const int64_t n = end - begin;
-    if (decay == 0) { /* as effective_grad: not g + 0 * p */
-        for (int64_t i = 0; i < n; i++)
-            p[i] = (float)((double)p[i] - lr * (sign * (double)g[i]));
+    const sgd_f32 k = sgd_f32_constants(o, s->fresh);
+    float *p = (float *)tb_tensor_data(s->param) + begin;
+    const float *g = (const float *)tb_tensor_data(s->grad) + begin;
+    float *buf = k.has_momentum ? (float *)tb_tensor_data(s->state[0]) + begin : NULL;
+#ifdef SGD_F32_AVX2
+    tb_isa isa = tb_isa_active();
+    if (isa == TB_ISA_AVX2 || isa == TB_ISA_AVX512) {
+        sgd_f32_avx2(&k, end - begin, p, g, buf);
         return;
     }
-    for (int64_t i = 0; i < n; i++)
-        p[i] = (float)((double)p[i] - lr * (sign * (double)g[i] + decay * (double)p[i]));
+#endif
+    sgd_f32_scalar(&k, end - begin, p, g, buf);
 }
 
 /* One chunk of one parameter: load, update, store. */
@@ -286,7 +351,7 @@ static void run_chunks(void *context, int64_t begin, int64_t end, int thread_ind
     for (int64_t i = lo, j = begin; j < end; i++) {
         int64_t stop = end < job->first[i + 1] ? end : job->first[i + 1];
         tb_optim_slot *s = &job->slots[i];
-        if (job->kind == TB_OPTIM_SGD && job->o->momentum == 0 && s->param->dtype == TB_F32) {
+        if (job->kind == TB_OPTIM_SGD && s->param->dtype == TB_F32) {
             int64_t numel = tb_tensor_numel(s->param), limit = (stop - job->first[i]) * CHUNK;
             sgd_f32_range(job->o, s, (j - job->first[i]) * CHUNK, limit < numel ? limit : numel);
             j = stop;

@@ -153,6 +153,18 @@ def _cases(tt: Any, torch: Any, np: Any) -> List[Dict[str, Any]]:
                 p.grad = m.randn(64, 64)
             return m.optim.Adam(params, lr=1e-3, foreach=foreach).step
         row(f"Adam step, 100 tensors of 64x64 (torch foreach={foreach})", b_adam, None)
+    # the MLP quickstart's parameters (784x512, 512x512, 512x10 and biases: 669,706 floats)
+    mlp_shapes = [(512, 784), (512,), (512, 512), (512,), (10, 512), (10,)]
+    for label, options in (("lr=1e-2", {"lr": 1e-2}),
+                           ("momentum 0.9, nesterov, weight_decay 1e-4",
+                            {"lr": 1e-2, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4})):
+        for foreach in (False, True):
+            def b_sgd(m, options=options, foreach=foreach):
+                params = tensors(m, *mlp_shapes, grad=True)
+                for p in params:
+                    p.grad = m.randn(*p.shape) * 1e-3
+                return m.optim.SGD(params, foreach=foreach, **options).step
+            row(f"SGD step, MLP quickstart parameters, {label} (torch foreach={foreach})", b_sgd, None)
     return rows
 
 
@@ -281,7 +293,7 @@ def training(seconds: float, runs: int, only: Optional[List[str]], steps: int) -
     torchburn.set_num_threads(1)
     torch.set_num_threads(1)
     for case in _cases(tt, torch, np):
-        if case["name"].startswith(("Linear(64, 64)", "Adam step")):
+        if case["name"].startswith(("Linear(64, 64)", "Adam step", "SGD step")):
             ours = _per_call(case["build"](tt), seconds)
             theirs = _per_call(case["build"](torch), seconds)
             goal = ">= 4x" if case["name"].startswith("Linear") else "-"
