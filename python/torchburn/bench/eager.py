@@ -218,7 +218,8 @@ def _fmt(s: float) -> str:
 
 def _compile_models(tt: Any) -> List[tuple]:
     """(label, model in eval mode, input, target) for the compile rows: the MLP of the quickstart, the
-    per-op-overhead bound small MLP, and the CNN and Transformer encoder classifier of tests/programs/."""
+    per-op-overhead bound small MLP, and the CNN, Transformer encoder classifier and char-LSTM of
+    tests/programs/."""
     nn = tt.nn
 
     class Classifier(nn.Module):  # tests/programs/transformer_classifier.py
@@ -232,6 +233,17 @@ def _compile_models(tt: Any) -> List[tuple]:
         def forward(self, x: Any) -> Any:
             return self.head(self.encoder(self.embed(x)).mean(1))
 
+    class CharLM(nn.Module):  # tests/programs/char_lstm.py
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 16)
+            self.lstm = nn.LSTM(16, 32, num_layers=2, batch_first=True)
+            self.head = nn.Linear(32, 50)
+
+        def forward(self, x: Any) -> Any:
+            out, _ = self.lstm(self.embed(x))
+            return self.head(out)
+
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                         nn.Linear(512, 10))
     small = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.GELU())])
@@ -242,7 +254,9 @@ def _compile_models(tt: Any) -> List[tuple]:
     return [("MLP forward (batch 64)", mlp.eval(), tt.randn(64, 1, 28, 28), ">= 1.5x"),
             ("4 x (Linear(64,64) + GELU), batch 1", small.eval(), tt.randn(1, 64), "-"),
             ("CNN + BatchNorm eval (batch 32, 12x12)", cnn.eval(), tt.randn(32, 1, 12, 12), "-"),
-            ("2-layer Transformer encoder classifier eval (16 x 12 tokens)", Classifier().eval(), tokens, "-")]
+            ("2-layer Transformer encoder classifier eval (16 x 12 tokens)", Classifier().eval(), tokens, "-"),
+            ("char-LSTM language model eval (16 x 32 tokens)", CharLM().eval(),
+             tt.from_numpy(__import__("numpy").random.default_rng(3).integers(0, 50, (16, 32))), "-")]
 
 
 def _compile_row(tt: Any, model: Any, x: Any, seconds: float) -> tuple:

@@ -3,9 +3,10 @@
 What is captured: one call of the function runs eagerly while a thread-local recording flag is on;
 the op entry points used by PyTorch-style forward code (nn modules such as Linear, activations,
 LayerNorm, Dropout, MultiheadAttention; nn.functional linear/conv1d/conv2d/batch_norm (eval)/
-layer_norm/rms_norm/group_norm/embedding/pools/dropout/scaled_dot_product_attention; the op table's
-unary and binary ops, comparisons, where, matmul, reductions, views, indexing, cat/stack; see
-_lower_tensor.py, _lower_nn.py and docs/turbo_torch.md) append nodes to a torchburn Graph whose
+layer_norm/rms_norm/group_norm/embedding/pools/dropout/scaled_dot_product_attention/pad/interpolate/
+conv_transpose2d, the fused LSTM layer, zeros/ones/full; the op table's unary and binary ops,
+comparisons, where, matmul, reductions, views, indexing, cat/stack; see _lower_tensor.py,
+_lower_nn.py, _lower_spatial.py and docs/turbo_torch.md) append nodes to a torchburn Graph whose
 inputs are the call's tensor arguments and the modules' parameters and buffers (inputs, not
 constants, so optimizer updates are seen). The graph compiles through the plan cache (fusion,
 memory plan) into a Plan; later calls with the same signature run that plan in one C call.
@@ -17,7 +18,7 @@ Capture is refused, and that signature then runs eagerly for good (counted in st
 - a tensor is converted to a Python value while recording (item, tolist, bool, float, int, index,
   numpy, printing, equal/allclose): data-dependent control flow must never be replayed;
 - a tensor known to the capture was modified in place;
-- the result is not a tensor or a tuple of tensors (and Nones).
+- the result is not a tensor or a (nested) tuple of tensors (and Nones).
 A module with forward or pre-forward hooks runs eagerly (a replay would not run them).
 Signature = shapes, dtypes and requires_grad of the tensor arguments, the other arguments (by
 value), grad mode, and every submodule's training flag. A new signature captures again. When grad
