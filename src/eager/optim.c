@@ -8,12 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(TB_HAVE_X86) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define SGD_F32_AVX2 1
-#endif
-
 #include "eager/eager_internal.h"
+#include "eager/optim_sgd.h"
 #include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
 #include "torchburn/eager_optim.h"
@@ -233,19 +229,15 @@ static void adagrad_chunk(const tb_optim_options *o, double step, int64_t n, chu
  *   d = maximize ? -g : g;   d = fma(p, wd, d)                     (weight_decay != 0)
  *   buf = fresh ? d : fma(d, 1 - dampening, buf * momentum)         (momentum != 0)
  *   d = nesterov ? fma(buf, momentum, d) : buf;   p = fma(d, -lr, p)
- * so float32 trajectories are PyTorch's bit for bit (fmaf is exact; so is the AVX2 body's vfmadd). */
-typedef struct sgd_f32 {
-    float neg_lr, decay, momentum, keep;
-    bool maximize, has_decay, has_momentum, nesterov, fresh;
-} sgd_f32;
-
-static sgd_f32 sgd_f32_constants(const tb_optim_options *o, bool fresh) {
-    sgd_f32 k = {(float)-o->lr, (float)o->weight_decay, (float)o->momentum, (float)(1 - o->dampening),
-                 o->maximize, o->weight_decay != 0, o->momentum != 0, o->nesterov, fresh};
+ * so float32 trajectories are PyTorch's bit for bit (fmaf is exact; so is the AVX2 body's vfmadd,
+ * src/eager/x86_avx2/optim_sgd_avx2.c). This scalar body is the reference the AVX2 one must equal. */
+static tb_sgd_f32 sgd_f32_constants(const tb_optim_options *o, bool fresh) {
+    tb_sgd_f32 k = {(float)-o->lr, (float)o->weight_decay, (float)o->momentum, (float)(1 - o->dampening),
+                    o->maximize, o->weight_decay != 0, o->momentum != 0, o->nesterov, fresh};
     return k;
 }
 
-static void sgd_f32_scalar(const sgd_f32 *k, int64_t n, float *restrict p, const float *restrict g,
+static void sgd_f32_scalar(const tb_sgd_f32 *k, int64_t n, float *restrict p, const float *restrict g,
                            float *restrict buf) {
     for (int64_t i = 0; i < n; i++) {
         float d = k->maximize ? -g[i] : g[i];
@@ -260,41 +252,16 @@ static void sgd_f32_scalar(const sgd_f32 *k, int64_t n, float *restrict p, const
     }
 }
 
-#ifdef SGD_F32_AVX2
-/* The same operations eight lanes at a time (compiled for AVX2 + FMA here, chosen at run time when the
- * active ISA has them); the tail goes through the scalar body, whose fmaf rounds identically. */
-__attribute__((target("avx2,fma"))) static void sgd_f32_avx2(const sgd_f32 *k, int64_t n, float *p, const float *g,
-                                                             float *buf) {
-    const __m256 neg_lr = _mm256_set1_ps(k->neg_lr), decay = _mm256_set1_ps(k->decay);
-    const __m256 momentum = _mm256_set1_ps(k->momentum), keep = _mm256_set1_ps(k->keep);
-    const __m256 sign = _mm256_set1_ps(k->maximize ? -0.0f : 0.0f); /* xor: negate under maximize */
-    const bool has_decay = k->has_decay, has_momentum = k->has_momentum, nesterov = k->nesterov, fresh = k->fresh;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 vp = _mm256_loadu_ps(p + i), d = _mm256_xor_ps(_mm256_loadu_ps(g + i), sign);
-        if (has_decay)
-            d = _mm256_fmadd_ps(vp, decay, d);
-        if (has_momentum) {
-            __m256 b = fresh ? d : _mm256_fmadd_ps(d, keep, _mm256_mul_ps(_mm256_loadu_ps(buf + i), momentum));
-            _mm256_storeu_ps(buf + i, b);
-            d = nesterov ? _mm256_fmadd_ps(b, momentum, d) : b;
-        }
-        _mm256_storeu_ps(p + i, _mm256_fmadd_ps(d, neg_lr, vp));
-    }
-    sgd_f32_scalar(k, n - i, p + i, g + i, buf ? buf + i : NULL);
-}
-#endif
-
 /* float32 SGD on elements [begin, end) of one parameter in one pass (no double chunk). */
 static void sgd_f32_range(const tb_optim_options *o, tb_optim_slot *s, int64_t begin, int64_t end) {
-    const sgd_f32 k = sgd_f32_constants(o, s->fresh);
+    const tb_sgd_f32 k = sgd_f32_constants(o, s->fresh);
     float *p = (float *)tb_tensor_data(s->param) + begin;
     const float *g = (const float *)tb_tensor_data(s->grad) + begin;
     float *buf = k.has_momentum ? (float *)tb_tensor_data(s->state[0]) + begin : NULL;
-#ifdef SGD_F32_AVX2
-    tb_isa isa = tb_isa_active();
+#ifdef TB_HAVE_X86
+    tb_isa isa = tb_isa_active(); /* avx2 and avx512 both have AVX2 + FMA */
     if (isa == TB_ISA_AVX2 || isa == TB_ISA_AVX512) {
-        sgd_f32_avx2(&k, end - begin, p, g, buf);
+        tb_sgd_f32_avx2(&k, end - begin, p, g, buf);
         return;
     }
 #endif
