@@ -301,7 +301,8 @@ static void test_sgd_float32_bits(void) {
                     if (o->weight_decay != 0)
                         d = fmaf(p_ref[i], (float)o->weight_decay, d);
                     if (o->momentum != 0) {
-                        buf_ref[i] = round == 0 ? d : fmaf(d, (float)(1 - o->dampening), buf_ref[i] * (float)o->momentum);
+                        const float kept = buf_ref[i] * (float)o->momentum;
+                        buf_ref[i] = round == 0 ? d : fmaf(d, (float)(1 - o->dampening), kept);
                         d = o->nesterov ? fmaf(buf_ref[i], (float)o->momentum, d) : buf_ref[i];
                     }
                     p_ref[i] = fmaf(d, (float)-o->lr, p_ref[i]);
