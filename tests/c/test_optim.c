@@ -289,7 +289,7 @@ static void test_sgd_float32_bits(void) {
             if (!tb_isa_supported((tb_isa)isa) || tb_isa_set((tb_isa)isa) != TB_OK)
                 continue;
             tb_tensor p = make(TB_F32, N, 21, -1, 1), g = make(TB_F32, N, 22, -1, 1), buf = make(TB_F32, N, 0, 0, 0);
-            float p_ref[N], buf_ref[N];
+            float p_ref[N], buf_ref[N] = {0};
             memcpy(p_ref, tb_tensor_data(&p), sizeof p_ref);
             tb_optim_slot slot = {&p, &g, {&buf, NULL, NULL}, NULL, true};
             const float *gv = tb_tensor_data(&g);
