@@ -1,6 +1,7 @@
 /* The optimizer steps of turbo_torch.optim (see torchburn/eager_optim.h): each parameter is walked
  * in chunks that are widened to double, updated with PyTorch's single-tensor formula, and rounded
- * back to the tensor's dtype once per stored value. The step counters are bumped first, one per
+ * back to the tensor's dtype once per stored value; float32 SGD instead computes in float32 with
+ * PyTorch's own roundings (sgd_f32_range). The step counters are bumped first, one per
  * parameter; then the (parameter, chunk) items of a large step are spread over the thread pool.
  * Every element is updated alone, so the split never changes a result. */
 #include <math.h>
@@ -8,7 +9,9 @@
 #include <string.h>
 
 #include "eager/eager_internal.h"
+#include "eager/optim_sgd.h"
 #include "torchburn/alloc.h"
+#include "torchburn/cpu.h"
 #include "torchburn/eager_optim.h"
 #include "torchburn/thread_pool.h"
 
@@ -220,20 +223,49 @@ static void adagrad_chunk(const tb_optim_options *o, double step, int64_t n, chu
     }
 }
 
-/* Plain SGD (no momentum) on float32 elements [begin, end) in one pass, without the double chunk:
- * the same double operations as sgd_chunk (negate, add the decay term, step) and one rounding. */
+/* float32 SGD, computed in float32 as PyTorch's CPU SGD (single-tensor and foreach) does: each of its
+ * tensor ops is one float32 rounding, and its `add(x, alpha=a)` is a fused multiply-add with a rounded
+ * to float32 (ATen's vectorized fmadd):
+ *   d = maximize ? -g : g;   d = fma(p, wd, d)                     (weight_decay != 0)
+ *   buf = fresh ? d : fma(d, 1 - dampening, buf * momentum)         (momentum != 0)
+ *   d = nesterov ? fma(buf, momentum, d) : buf;   p = fma(d, -lr, p)
+ * so float32 trajectories are PyTorch's bit for bit (fmaf is exact; so is the AVX2 body's vfmadd,
+ * src/eager/x86_avx2/optim_sgd_avx2.c). This scalar body is the reference the AVX2 one must equal. */
+static tb_sgd_f32 sgd_f32_constants(const tb_optim_options *o, bool fresh) {
+    tb_sgd_f32 k = {(float)-o->lr, (float)o->weight_decay, (float)o->momentum, (float)(1 - o->dampening),
+                    o->maximize, o->weight_decay != 0, o->momentum != 0, o->nesterov, fresh};
+    return k;
+}
+
+static void sgd_f32_scalar(const tb_sgd_f32 *k, int64_t n, float *restrict p, const float *restrict g,
+                           float *restrict buf) {
+    for (int64_t i = 0; i < n; i++) {
+        float d = k->maximize ? -g[i] : g[i];
+        if (k->has_decay) /* not g + 0 * p: an infinite parameter would make that NaN */
+            d = fmaf(p[i], k->decay, d);
+        if (k->has_momentum) {
+            float b = k->fresh ? d : fmaf(d, k->keep, buf[i] * k->momentum);
+            buf[i] = b;
+            d = k->nesterov ? fmaf(b, k->momentum, d) : b;
+        }
+        p[i] = fmaf(d, k->neg_lr, p[i]);
+    }
+}
+
+/* float32 SGD on elements [begin, end) of one parameter in one pass (no double chunk). */
 static void sgd_f32_range(const tb_optim_options *o, tb_optim_slot *s, int64_t begin, int64_t end) {
-    float *restrict p = (float *)tb_tensor_data(s->param) + begin;
-    const float *restrict g = (const float *)tb_tensor_data(s->grad) + begin;
-    const double lr = o->lr, sign = o->maximize ? -1.0 : 1.0, decay = o->weight_decay;
-    const int64_t n = end - begin;
-    if (decay == 0) { /* as effective_grad: not g + 0 * p */
-        for (int64_t i = 0; i < n; i++)
-            p[i] = (float)((double)p[i] - lr * (sign * (double)g[i]));
+    const tb_sgd_f32 k = sgd_f32_constants(o, s->fresh);
+    float *p = (float *)tb_tensor_data(s->param) + begin;
+    const float *g = (const float *)tb_tensor_data(s->grad) + begin;
+    float *buf = k.has_momentum ? (float *)tb_tensor_data(s->state[0]) + begin : NULL;
+#ifdef TB_HAVE_X86
+    tb_isa isa = tb_isa_active(); /* avx2 and avx512 both have AVX2 + FMA */
+    if (isa == TB_ISA_AVX2 || isa == TB_ISA_AVX512) {
+        tb_sgd_f32_avx2(&k, end - begin, p, g, buf);
         return;
     }
-    for (int64_t i = 0; i < n; i++)
-        p[i] = (float)((double)p[i] - lr * (sign * (double)g[i] + decay * (double)p[i]));
+#endif
+    sgd_f32_scalar(&k, end - begin, p, g, buf);
 }
 
 /* One chunk of one parameter: load, update, store. */
@@ -286,7 +318,7 @@ static void run_chunks(void *context, int64_t begin, int64_t end, int thread_ind
     for (int64_t i = lo, j = begin; j < end; i++) {
         int64_t stop = end < job->first[i + 1] ? end : job->first[i + 1];
         tb_optim_slot *s = &job->slots[i];
-        if (job->kind == TB_OPTIM_SGD && job->o->momentum == 0 && s->param->dtype == TB_F32) {
+        if (job->kind == TB_OPTIM_SGD && s->param->dtype == TB_F32) {
             int64_t numel = tb_tensor_numel(s->param), limit = (stop - job->first[i]) * CHUNK;
             sgd_f32_range(job->o, s, (j - job->first[i]) * CHUNK, limit < numel ? limit : numel);
             j = stop;

@@ -3,13 +3,14 @@
  * sizes cross the kernel's chunk boundary, against an element-at-a-time double formula written here
  * from PyTorch's algorithm boxes; step counters and storage versions; and that a bad slot anywhere
  * leaves every tensor unwritten; that a step split over threads writes the bits of the one-thread
- * step; and that an allocation failure writes nothing. (The Python tests compare whole trajectories
- * with PyTorch.) */
+ * step; that an allocation failure writes nothing; and that float32 SGD has the bits of PyTorch's
+ * float32 formula at every ISA. (The Python tests compare whole trajectories with PyTorch.) */
 #include <math.h>
 #include <string.h>
 
 #include "tb_test.h"
 #include "torchburn/alloc.h"
+#include "torchburn/cpu.h"
 #include "torchburn/eager_optim.h"
 #include "torchburn/thread_pool.h"
 
@@ -271,8 +272,61 @@ static void test_out_of_memory_writes_nothing(void) {
         tb_tensor_release(all[i]);
 }
 
+/* float32 SGD rounds like PyTorch: every op in float32, each add(alpha=) one fma with alpha rounded to
+ * float32. Here the formula is written with fmaf element by element; every ISA this CPU has (the AVX2
+ * body and the scalar reference) must give exactly its bits, including the < 8-element tails. */
+static void test_sgd_float32_bits(void) {
+    static const tb_optim_options cases[4] = {
+        {.lr = 0.01},
+        {.lr = 0.1, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01},
+        {.lr = 0.05, .momentum = 0.9, .nesterov = true, .maximize = true, .weight_decay = 0.001},
+        {.lr = 0.1, .weight_decay = 0.2, .maximize = true},
+    };
+    const tb_isa saved = tb_isa_active();
+    for (int c = 0; c < 4; c++) {
+        const tb_optim_options *o = &cases[c];
+        for (int isa = 0; isa < TB_ISA_COUNT; isa++) {
+            if (!tb_isa_supported((tb_isa)isa) || tb_isa_set((tb_isa)isa) != TB_OK)
+                continue;
+            tb_tensor p = make(TB_F32, N, 21, -1, 1), g = make(TB_F32, N, 22, -1, 1), buf = make(TB_F32, N, 0, 0, 0);
+            float p_ref[N], buf_ref[N] = {0};
+            memcpy(p_ref, tb_tensor_data(&p), sizeof p_ref);
+            tb_optim_slot slot = {&p, &g, {&buf, NULL, NULL}, NULL, true};
+            const float *gv = tb_tensor_data(&g);
+            int bad = 0;
+            for (int round = 0; round < 3; round++) {
+                TB_CHECK(tb_optim_step(TB_OPTIM_SGD, o, &slot, 1) == TB_OK);
+                for (int64_t i = 0; i < N; i++) {
+                    float d = o->maximize ? -gv[i] : gv[i];
+                    if (o->weight_decay != 0)
+                        d = fmaf(p_ref[i], (float)o->weight_decay, d);
+                    if (o->momentum != 0) {
+                        const float kept = buf_ref[i] * (float)o->momentum;
+                        buf_ref[i] = round == 0 ? d : fmaf(d, (float)(1 - o->dampening), kept);
+                        d = o->nesterov ? fmaf(buf_ref[i], (float)o->momentum, d) : buf_ref[i];
+                    }
+                    p_ref[i] = fmaf(d, (float)-o->lr, p_ref[i]);
+                    const float got = ((const float *)tb_tensor_data(&p))[i];
+                    if (memcmp(&got, &p_ref[i], sizeof got) != 0 && bad++ < 3)
+                        TB_CHECK_MSG(0, "sgd case %d isa %s step %d element %lld: %.9g, expected %.9g", c,
+                                     tb_isa_name((tb_isa)isa), round, (long long)i, got, p_ref[i]);
+                }
+                slot.fresh = false;
+            }
+            if (o->momentum != 0)
+                TB_CHECK(memcmp(buf_ref, tb_tensor_data(&buf), sizeof buf_ref) == 0);
+            TB_CHECK_MSG(bad == 0, "sgd case %d isa %s: %d elements differ", c, tb_isa_name((tb_isa)isa), bad);
+            tb_tensor_release(&p);
+            tb_tensor_release(&g);
+            tb_tensor_release(&buf);
+        }
+    }
+    TB_CHECK(tb_isa_set(saved) == TB_OK);
+}
+
 int main(void) {
     test_kinds();
+    test_sgd_float32_bits();
     test_bad_slot_writes_nothing();
     test_threaded_split_changes_nothing();
     test_out_of_memory_writes_nothing();

@@ -153,6 +153,18 @@ def _cases(tt: Any, torch: Any, np: Any) -> List[Dict[str, Any]]:
                 p.grad = m.randn(64, 64)
             return m.optim.Adam(params, lr=1e-3, foreach=foreach).step
         row(f"Adam step, 100 tensors of 64x64 (torch foreach={foreach})", b_adam, None)
+    # the MLP quickstart's parameters (784x512, 512x512, 512x10 and biases: 669,706 floats)
+    mlp_shapes = [(512, 784), (512,), (512, 512), (512,), (10, 512), (10,)]
+    for label, options in (("lr=1e-2", {"lr": 1e-2}),
+                           ("momentum 0.9, nesterov, weight_decay 1e-4",
+                            {"lr": 1e-2, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4})):
+        for foreach in (False, True):
+            def b_sgd(m, options=options, foreach=foreach):
+                params = tensors(m, *mlp_shapes, grad=True)
+                for p in params:
+                    p.grad = m.randn(*p.shape) * 1e-3
+                return m.optim.SGD(params, foreach=foreach, **options).step
+            row(f"SGD step, MLP quickstart parameters, {label} (torch foreach={foreach})", b_sgd, None)
     return rows
 
 
@@ -206,7 +218,8 @@ def _fmt(s: float) -> str:
 
 def _compile_models(tt: Any) -> List[tuple]:
     """(label, model in eval mode, input, target) for the compile rows: the MLP of the quickstart, the
-    per-op-overhead bound small MLP, and the CNN and Transformer encoder classifier of tests/programs/."""
+    per-op-overhead bound small MLP, and the CNN, Transformer encoder classifier and char-LSTM of
+    tests/programs/."""
     nn = tt.nn
 
     class Classifier(nn.Module):  # tests/programs/transformer_classifier.py
@@ -220,6 +233,17 @@ def _compile_models(tt: Any) -> List[tuple]:
         def forward(self, x: Any) -> Any:
             return self.head(self.encoder(self.embed(x)).mean(1))
 
+    class CharLM(nn.Module):  # tests/programs/char_lstm.py
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 16)
+            self.lstm = nn.LSTM(16, 32, num_layers=2, batch_first=True)
+            self.head = nn.Linear(32, 50)
+
+        def forward(self, x: Any) -> Any:
+            out, _ = self.lstm(self.embed(x))
+            return self.head(out)
+
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                         nn.Linear(512, 10))
     small = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.GELU())])
@@ -230,7 +254,9 @@ def _compile_models(tt: Any) -> List[tuple]:
     return [("MLP forward (batch 64)", mlp.eval(), tt.randn(64, 1, 28, 28), ">= 1.5x"),
             ("4 x (Linear(64,64) + GELU), batch 1", small.eval(), tt.randn(1, 64), "-"),
             ("CNN + BatchNorm eval (batch 32, 12x12)", cnn.eval(), tt.randn(32, 1, 12, 12), "-"),
-            ("2-layer Transformer encoder classifier eval (16 x 12 tokens)", Classifier().eval(), tokens, "-")]
+            ("2-layer Transformer encoder classifier eval (16 x 12 tokens)", Classifier().eval(), tokens, "-"),
+            ("char-LSTM language model eval (16 x 32 tokens)", CharLM().eval(),
+             tt.from_numpy(__import__("numpy").random.default_rng(3).integers(0, 50, (16, 32))), "-")]
 
 
 def _compile_row(tt: Any, model: Any, x: Any, seconds: float) -> tuple:
@@ -281,7 +307,7 @@ def training(seconds: float, runs: int, only: Optional[List[str]], steps: int) -
     torchburn.set_num_threads(1)
     torch.set_num_threads(1)
     for case in _cases(tt, torch, np):
-        if case["name"].startswith(("Linear(64, 64)", "Adam step")):
+        if case["name"].startswith(("Linear(64, 64)", "Adam step", "SGD step")):
             ours = _per_call(case["build"](tt), seconds)
             theirs = _per_call(case["build"](torch), seconds)
             goal = ">= 4x" if case["name"].startswith("Linear") else "-"

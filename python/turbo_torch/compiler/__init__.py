@@ -3,9 +3,10 @@
 What is captured: one call of the function runs eagerly while a thread-local recording flag is on;
 the op entry points used by PyTorch-style forward code (nn modules such as Linear, activations,
 LayerNorm, Dropout, MultiheadAttention; nn.functional linear/conv1d/conv2d/batch_norm (eval)/
-layer_norm/rms_norm/group_norm/embedding/pools/dropout/scaled_dot_product_attention; the op table's
-unary and binary ops, comparisons, where, matmul, reductions, views, indexing, cat/stack; see
-_lower_tensor.py, _lower_nn.py and docs/turbo_torch.md) append nodes to a torchburn Graph whose
+layer_norm/rms_norm/group_norm/embedding/pools/dropout/scaled_dot_product_attention/pad/interpolate/
+conv_transpose2d, the fused LSTM layer, zeros/ones/full; the op table's unary and binary ops,
+comparisons, where, matmul, reductions, views, indexing, cat/stack; see _lower_tensor.py,
+_lower_nn.py, _lower_spatial.py and docs/turbo_torch.md) append nodes to a torchburn Graph whose
 inputs are the call's tensor arguments and the modules' parameters and buffers (inputs, not
 constants, so optimizer updates are seen). The graph compiles through the plan cache (fusion,
 memory plan) into a Plan; later calls with the same signature run that plan in one C call.
@@ -17,7 +18,7 @@ Capture is refused, and that signature then runs eagerly for good (counted in st
 - a tensor is converted to a Python value while recording (item, tolist, bool, float, int, index,
   numpy, printing, equal/allclose): data-dependent control flow must never be replayed;
 - a tensor known to the capture was modified in place;
-- the result is not a tensor or a tuple of tensors (and Nones).
+- the result is not a tensor or a (nested) tuple of tensors (and Nones).
 A module with forward or pre-forward hooks runs eagerly (a replay would not run them).
 Signature = shapes, dtypes and requires_grad of the tensor arguments, the other arguments (by
 value), grad mode, and every submodule's training flag. A new signature captures again. When grad
@@ -38,7 +39,7 @@ from typing import Any, Callable, Optional
 import turbo_torch as _tt
 from torchburn import _C
 
-from . import _lower_nn, _lower_tensor
+from . import _lower_nn, _lower_spatial, _lower_tensor
 from ._recorder import Abort as _Abort
 from ._recorder import Patched as _Patched
 from ._recorder import Recorder as _Recorder
@@ -68,7 +69,8 @@ def reset() -> None:
 
 def _tables() -> tuple:
     if not _lowerings:
-        _lowerings.append((_lower_tensor.functions() + _lower_nn.functions(), _lower_nn.modules()))
+        _lowerings.append((_lower_tensor.functions() + _lower_nn.functions() + _lower_spatial.functions(),
+                           _lower_nn.modules()))
     return _lowerings[0]
 
 
@@ -88,13 +90,13 @@ class _Entry:
         self.plan, self.arg_index, self.sources, self.single = plan, arg_index, sources, single
         # the fast path passes the arguments straight to the plan: only when they are its first inputs
         self.nargs = len(arg_index) if arg_index == tuple(range(len(arg_index))) else -1
-        self.nones = nones  # None, or which places of the result tuple are None
+        self.nones = nones  # None (a flat tuple of tensors), or the result's nesting: 1 a tensor, 0 None, tuples
         self.generation = -1
         self.tensors: list = []
 
     def module_tensors(self) -> list:
         if self.generation != _generation[0]:
-            self.tensors = [getattr(owner, table)[name] for owner, table, name in self.sources]
+            self.tensors = [s[1] if len(s) == 2 else getattr(s[0], s[1])[s[2]] for s in self.sources]
             self.generation = _generation[0]
         return self.tensors
 
@@ -137,6 +139,26 @@ def _closure_modules(fn: Callable) -> list:
         if isinstance(value, _tt.nn.Module) and not any(value is f for f in found):
             found.append(value)
     return found
+
+
+def _structure(result: Any, outs: list) -> Any:
+    """The nesting of a result (1 a tensor, 0 None, a tuple of these); its tensors are appended to outs."""
+    if isinstance(result, _tt.Tensor):
+        outs.append(result)
+        return 1
+    if result is None:
+        return 0
+    if isinstance(result, tuple):
+        return tuple(_structure(item, outs) for item in result)
+    raise _Abort("the result is not a tensor or a (nested) tuple of tensors (and Nones)")
+
+
+def _rebuild(structure: Any, tensors: Any) -> Any:
+    if structure == 1:
+        return _wrap(next(tensors))
+    if structure == 0:
+        return None
+    return tuple(_rebuild(item, tensors) for item in structure)
 
 
 class CompiledFunction:
@@ -225,8 +247,7 @@ class CompiledFunction:
     def _result(entry: _Entry, outs: tuple) -> tuple:
         if entry.nones is None:
             return tuple(map(_wrap, outs))
-        tensors = iter(outs)
-        return tuple(None if none else _wrap(next(tensors)) for none in entry.nones)
+        return _rebuild(entry.nones, iter(outs))
 
     def _capture(self, key: tuple, args: tuple, kwargs: dict) -> Any:
         r = _Recorder()
@@ -266,12 +287,14 @@ class CompiledFunction:
             if t._version != version:
                 raise _Abort("a tensor was modified in place during capture")
         single = isinstance(result, _tt.Tensor)
-        outs = [result] if single else list(result) if isinstance(result, tuple) else []
-        if not any(isinstance(o, _tt.Tensor) for o in outs) or \
-                not all(o is None or isinstance(o, _tt.Tensor) for o in outs):
-            raise _Abort("the result is not a tensor or a tuple of tensors (and Nones)")
-        nones = None if single or all(o is not None for o in outs) else tuple(o is None for o in outs)
-        outs = [o for o in outs if o is not None]
+        outs: list = []
+        nones = _structure(result, outs) if isinstance(result, tuple) else None
+        if single:
+            outs = [result]
+        elif not outs:
+            raise _Abort("the result is not a tensor or a (nested) tuple of tensors (and Nones)")
+        elif all(n == 1 for n in nones):
+            nones = None
         for o in outs:
             value = r.values.get(id(o))
             if value is None:

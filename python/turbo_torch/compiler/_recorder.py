@@ -45,7 +45,8 @@ class Recorder:
         self.values: dict = {}
         self.keep: list = []  # every tensor seen, alive until the end (ids stay unique)
         self.versions: list = []
-        self.inputs: list = []  # how to fetch each graph input at replay: ("arg", i) / ("attr", module, table, key)
+        self.inputs: list = []  # how to fetch each graph input at replay: ("arg", i) / (module, table, key) /
+        #                         ("const", tensor): a tensor the lowering made (index lists, weights)
         self.reason: Optional[str] = None
 
     def add_input(self, tensor: Any, source: tuple) -> None:
@@ -54,6 +55,15 @@ class Recorder:
         value = self.graph.input(DTYPES[tensor.dtype], list(tensor.shape), list(tensor.stride()))
         self.know(tensor, value)
         self.inputs.append(source)
+
+    def constant(self, tensor: Any) -> int:
+        """A tensor computed while lowering (e.g. the source indices of a resampling) as a graph input that
+        every replay passes again: its values depend only on the signature (shapes, arguments)."""
+        value = self.graph.input(dtype_name(tensor), list(tensor.shape), list(tensor.stride()))
+        self.inputs.append(("const", tensor))
+        self.keep.append(tensor)
+        self.versions.append(tensor._version)
+        return value
 
     def know(self, tensor: Any, value: int) -> None:
         """Maps an eager tensor to a graph value (no check: the caller built it from the same op)."""
