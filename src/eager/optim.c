@@ -230,26 +230,11 @@ static void adagrad_chunk(const tb_optim_options *o, double step, int64_t n, chu
  *   buf = fresh ? d : fma(d, 1 - dampening, buf * momentum)         (momentum != 0)
  *   d = nesterov ? fma(buf, momentum, d) : buf;   p = fma(d, -lr, p)
  * so float32 trajectories are PyTorch's bit for bit (fmaf is exact; so is the AVX2 body's vfmadd,
- * src/eager/x86_avx2/optim_sgd_avx2.c). This scalar body is the reference the AVX2 one must equal. */
+ * src/eager/x86_avx2/optim_sgd_avx2.c). The scalar body, tb_sgd_f32_scalar, is in optim_sgd.h. */
 static tb_sgd_f32 sgd_f32_constants(const tb_optim_options *o, bool fresh) {
     tb_sgd_f32 k = {(float)-o->lr, (float)o->weight_decay, (float)o->momentum, (float)(1 - o->dampening),
                     o->maximize, o->weight_decay != 0, o->momentum != 0, o->nesterov, fresh};
     return k;
-}
-
-static void sgd_f32_scalar(const tb_sgd_f32 *k, int64_t n, float *restrict p, const float *restrict g,
-                           float *restrict buf) {
-    for (int64_t i = 0; i < n; i++) {
-        float d = k->maximize ? -g[i] : g[i];
-        if (k->has_decay) /* not g + 0 * p: an infinite parameter would make that NaN */
-            d = fmaf(p[i], k->decay, d);
-        if (k->has_momentum) {
-            float b = k->fresh ? d : fmaf(d, k->keep, buf[i] * k->momentum);
-            buf[i] = b;
-            d = k->nesterov ? fmaf(b, k->momentum, d) : b;
-        }
-        p[i] = fmaf(d, k->neg_lr, p[i]);
-    }
 }
 
 /* float32 SGD on elements [begin, end) of one parameter in one pass (no double chunk). */
@@ -265,7 +250,7 @@ static void sgd_f32_range(const tb_optim_options *o, tb_optim_slot *s, int64_t b
         return;
     }
 #endif
-    sgd_f32_scalar(&k, end - begin, p, g, buf);
+    tb_sgd_f32_scalar(&k, end - begin, p, g, buf);
 }
 
 /* One chunk of one parameter: load, update, store. */

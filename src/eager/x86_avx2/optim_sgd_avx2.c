@@ -1,23 +1,9 @@
 /* The AVX2 + FMA body of float32 SGD (optim_sgd.h): eight lanes at a time with vfmadd, the tail with
- * fmaf (an FMA instruction here), so every element gets the roundings of the scalar body in optim.c. */
+ * the scalar body (its fmaf an FMA instruction here), so every element gets the same roundings. */
 #include <immintrin.h>
 #include <math.h>
 
 #include "eager/optim_sgd.h"
-
-static void sgd_f32_tail_avx2(const tb_sgd_f32 *k, int64_t n, float *p, const float *g, float *buf) {
-    for (int64_t i = 0; i < n; i++) {
-        float d = k->maximize ? -g[i] : g[i];
-        if (k->has_decay)
-            d = fmaf(p[i], k->decay, d);
-        if (k->has_momentum) {
-            float b = k->fresh ? d : fmaf(d, k->keep, buf[i] * k->momentum);
-            buf[i] = b;
-            d = k->nesterov ? fmaf(b, k->momentum, d) : b;
-        }
-        p[i] = fmaf(d, k->neg_lr, p[i]);
-    }
-}
 
 void tb_sgd_f32_avx2(const tb_sgd_f32 *k, int64_t n, float *p, const float *g, float *buf) {
     const __m256 neg_lr = _mm256_set1_ps(k->neg_lr), decay = _mm256_set1_ps(k->decay);
@@ -36,5 +22,5 @@ void tb_sgd_f32_avx2(const tb_sgd_f32 *k, int64_t n, float *p, const float *g, f
         }
         _mm256_storeu_ps(p + i, _mm256_fmadd_ps(d, neg_lr, vp));
     }
-    sgd_f32_tail_avx2(k, n - i, p + i, g + i, buf ? buf + i : NULL);
+    tb_sgd_f32_scalar(k, n - i, p + i, g + i, buf ? buf + i : NULL);
 }
