@@ -127,10 +127,13 @@ def test_16bit_compiled_models_run_on_the_vulkan_engine_and_equal_eager(vulkan, 
     for name in ("chain", "casts"):
         for out in result[name]["outs"]:
             assert out["bits_equal"] is not False and out["equal"], (name, result[name]["outs"])
-    # nn.Linear's 16-bit weights go up as 16-bit words (read by the *_w16 kernels, not widened first):
-    # x [5, 64], W1 [96, 64], b1 [96], W2 [10, 96], b2 [10] at 2 bytes each; y [5, 10] comes down 16-bit
+    # the MLP as one submission of 10 ops: widen x, widen b1, matmul (W1 read as 16-bit words by the
+    # *_w16 kernel, not widened first), round, gelu, round, widen b2, matmul (W2 as words), round,
+    # narrow y; x [5, 64], W1 [96, 64], b1 [96], W2 [10, 96], b2 [10] go up at 2 bytes each, y [5, 10]
+    # comes down 16-bit
     mlp_in = 2 * (5 * 64 + 96 * 64 + 96 + 10 * 96 + 10)
-    assert f"copies per call: {mlp_in} bytes in, {2 * 5 * 10} bytes out" in result["mlp"]["explain"], result["mlp"]["explain"]
+    assert (f"engine: vulkan (10 ops, one submission per call; copies per call: {mlp_in} bytes in, {2 * 5 * 10} "
+            "bytes out)") in result["mlp"]["explain"], result["mlp"]["explain"]
 
 
 def test_16bit_compiled_models_fall_back_to_native_cpu_without_16bit_storage(vulkan):
