@@ -110,11 +110,12 @@ def _regions(explain: str) -> list:
     return [line.strip() for line in explain.splitlines() if line.strip().startswith("engine: ")]
 
 
-@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
-def test_16bit_compiled_models_run_on_the_vulkan_engine_and_equal_eager(vulkan, fmt):
+@pytest.mark.parametrize("fmt,mode", [("float16", "mapped"), ("bfloat16", "mapped"), ("bfloat16", "staging")])
+def test_16bit_compiled_models_run_on_the_vulkan_engine_and_equal_eager(vulkan, fmt, mode):
+    """`staging`: device-local buffers behind the staging buffer (a discrete GPU's path, forced)."""
     if not vulkan["storage_16bit"]:
         pytest.skip("the device lacks storageBuffer16BitAccess")
-    result = _run(fmt)
+    result = _run(fmt, **({"TORCHBURN_VULKAN_FORCE_STAGING": "1"} if mode == "staging" else {}))
     for name, item in result.items():
         assert item["native_share"] == 1.0, (name, item["explain"])
         engines = _regions(item["explain"])
