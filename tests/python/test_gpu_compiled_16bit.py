@@ -144,3 +144,70 @@ def test_16bit_compiled_models_fall_back_to_native_cpu_without_16bit_storage(vul
         assert all(out["close"] == "ok" for out in item["outs"]), (name, item)
         assert "engine: vulkan (" not in item["explain"], item["explain"]
         assert "16-bit values need storageBuffer16BitAccess" in item["explain"], item["explain"]
+
+
+FORMATS = {"bfloat16": 1, "float16": 2}
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_convert16_rounds_every_value_as_torch_casts(vulkan, fmt):
+    """The convert16 op alone: every 16-bit pattern widened, and f32 values narrowed / rounded — ties,
+    subnormals, overflow, ±0, ±inf and random bit patterns over all exponents — bit for bit as
+    torch's casts (NaN stays NaN; its payload is not compared)."""
+    if not vulkan["storage_16bit"]:
+        pytest.skip("the device lacks storageBuffer16BitAccess")
+    import numpy as np
+    import torch
+
+    import torchburn.gpu as gpu
+
+    dtype, code = getattr(torch, fmt), FORMATS[fmt]
+    words = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).contiguous()
+    widened = np.zeros(words.numel(), np.float32)
+    gpu.engine_run("vulkan", [{"kind": "convert16", "code": 0, "format": code, "n": words.numel(), "a": 0, "y": 1}],
+                   [words, widened])
+    want = words.float().numpy()
+    nan = np.isnan(want)
+    assert (np.isnan(widened) == nan).all() and (widened[~nan].view(np.int32) == want[~nan].view(np.int32)).all()
+
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    ties = (np.arange(1, 4096, dtype=np.uint32) << 13) | 0x1000  # f16 ties (13 dropped bits = 1000...)
+    ties16 = (np.arange(1, 4096, dtype=np.uint32) << 16) | 0x8000  # bf16 ties
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, 65504, 65519.99, 65520, 2 ** -24, 2 ** -25, 1.5 * 2 ** -25,
+                         2 ** -14, 2 ** -14 - 2 ** -25, 3.4e38, 1e-45], np.float32)
+    x = np.concatenate([bits.view(np.float32), (ties + 0x38000000).view(np.float32), ties16.view(np.float32),
+                        specials, -specials]).astype(np.float32)
+    x[~np.isfinite(x) & ~np.isinf(x)] = np.nan  # one NaN pattern suffices (payloads not compared)
+    narrowed = torch.zeros(x.size, dtype=dtype)
+    rounded = np.zeros_like(x)
+    gpu.engine_run("vulkan", [{"kind": "convert16", "code": 1, "format": code, "n": x.size, "a": 0, "y": 1},
+                              {"kind": "convert16", "code": 2, "format": code, "n": x.size, "a": 0, "y": 2}],
+                   [x, narrowed, rounded])
+    want16 = torch.from_numpy(x).to(dtype)
+    nan = want16.isnan()
+    assert torch.equal(narrowed.isnan(), nan)
+    assert torch.equal(narrowed.view(torch.int16)[~nan], want16.view(torch.int16)[~nan])
+    want_rounded = want16.float().numpy()
+    assert (rounded[~nan.numpy()].view(np.int32) == want_rounded[~nan.numpy()].view(np.int32)).all()
+    assert np.isnan(rounded[nan.numpy()]).all()
+
+
+def test_convert16_refuses_bad_ops(vulkan):
+    import numpy as np
+    import torch
+
+    import torchburn.gpu as gpu
+
+    x, words = np.ones(8, np.float32), torch.zeros(8, dtype=torch.float16)
+    spec = {"kind": "convert16", "code": 1, "format": 2, "n": 8, "a": 0, "y": 1}
+    with pytest.raises(Exception, match="format 3"):
+        gpu.engine_run("vulkan", [dict(spec, format=3)], [x, words])
+    with pytest.raises(Exception, match="code 5"):
+        gpu.engine_run("vulkan", [dict(spec, code=5)], [x, words])
+    with pytest.raises(Exception, match="only rounding"):
+        gpu.engine_run("vulkan", [dict(spec, y=0)], [x, words])
+    with pytest.raises(Exception, match="needs 32 bytes"):  # narrowing reads 8 floats
+        gpu.engine_run("vulkan", [dict(spec, a=1, y=0, code=1)], [x, words])
+    with pytest.raises(Exception, match="op 0"):  # a CPU engine never takes it
+        gpu.engine_run("reference", [spec], [x, words])
