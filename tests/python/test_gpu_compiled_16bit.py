@@ -139,9 +139,11 @@ def test_16bit_compiled_models_run_on_the_vulkan_engine_and_equal_eager(vulkan, 
 
 def test_16bit_compiled_models_fall_back_to_native_cpu_without_16bit_storage(vulkan):
     result = _run("float16", TORCHBURN_VULKAN_NO_16BIT="1")
-    for name in ("chain", "norms", "transcendental"):
-        item = result[name]
+    for name, item in result.items():  # the 16-bit matmuls too: widened on native_cpu
         assert all(out["close"] == "ok" for out in item["outs"]), (name, item)
+        assert item["native_share"] == 1.0, (name, item["explain"])
+    for name in ("chain", "norms", "transcendental", "mlp"):
+        item = result[name]
         assert "engine: vulkan (" not in item["explain"], item["explain"]
         assert "16-bit values need storageBuffer16BitAccess" in item["explain"], item["explain"]
 
