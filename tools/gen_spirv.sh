@@ -15,7 +15,8 @@
 #   <name>            Vulkan 1.0, every shader
 #   <name>_subgroup   Vulkan 1.1, -DTB_SUBGROUP: shaders that #include "reduce.glsl" (subgroup reductions)
 #   <name>_w16        Vulkan 1.1, -DTB_W16: shaders whose source says `// variants: w16` (16-bit weights
-#                     read through storageBuffer16BitAccess); with reduce.glsl also <name>_w16_subgroup
+#                     read through storageBuffer16BitAccess); with reduce.glsl also <name>_w16_subgroup.
+#                     `// variants: w16 only` (convert16) builds only <name>_w16: it has no f32-only form
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shaders=src/engine/vulkan/shaders
@@ -35,7 +36,8 @@ compile() { # compile <source> <variant name> <target env> [defines...]
 for source in "$shaders"/*.comp; do
   name=$(basename "$source" .comp)
   mkdir -p "$tmp/spv/$name"
-  compile "$source" "$name/$name" vulkan1.0
+  only16=0; grep -q '^// variants: w16 only' "$source" && only16=1
+  [ $only16 = 0 ] && compile "$source" "$name/$name" vulkan1.0
   reduces=0; grep -q '#include "reduce.glsl"' "$source" && reduces=1
   [ $reduces = 1 ] && compile "$source" "$name/${name}_subgroup" vulkan1.1 -DTB_SUBGROUP
   if grep -q '^// variants: .*w16' "$source"; then

@@ -9,7 +9,8 @@
 # compiled graphs, one submit per plan call / decode step with the staged copies inside it
 # (test_gpu_batching.py: on a discrete GPU this is the real VRAM path) and bf16/f16 weights kept
 # 16-bit (test_gpu_16bit.py; needs storageBuffer16BitAccess, which NVIDIA reports), and compiled
-# nn.Linear weights split past a lowered maxStorageBufferRange (test_gpu_graph_limits.py). The bench's LLM
+# nn.Linear weights split past a lowered maxStorageBufferRange (test_gpu_graph_limits.py), and compiled
+# float16/bfloat16 graphs on the engine (test_gpu_compiled_16bit.py). The bench's LLM
 # table has a bf16 row (half the MiB uploaded at load) and transfer submits per token (0 expected).
 # Timeouts bound it to 200 + 30 + 200 + 60 s < 8 minutes; output goes to ${OUT:-/tmp/gpu_check}.
 #
@@ -41,7 +42,7 @@ log "memory mode, reductions, 16-bit storage: $(grep -E '"(staging|subgroup_redu
 
 log "tests: engine kernels, compiled graphs and the LLM forward on the GPU (split / staging / no-subgroup modes)"
 timeout 200 python -m pytest -q -x tests/python/test_engine.py tests/python/test_llm_gpu.py \
-  tests/python/test_gpu_batching.py tests/python/test_gpu_16bit.py tests/python/test_gpu_graph_limits.py \
+  tests/python/test_gpu_batching.py tests/python/test_gpu_16bit.py tests/python/test_gpu_graph_limits.py tests/python/test_gpu_compiled_16bit.py \
   >"$out/tests.txt" 2>&1
 log "tests rc=$? ($(tail -1 "$out/tests.txt"))"
 

@@ -47,6 +47,10 @@ typedef enum tb_engine_op_kind {
     TB_ENGINE_OP_SILU_MUL,    /* a[R, 2L] -> y[R, L]: silu(gate) * up with gate = a[r, :L], up = a[r, L:] */
     TB_ENGINE_OP_COPY,        /* y[y_col0 + i] = a[a_offset + i], i < n (floats; a != y): a row moved between
                                * buffers inside a run, e.g. the LLM prompt's last hidden row */
+    TB_ENGINE_OP_CONVERT16,   /* n elements between f32 and a 16-bit format (`format`: 1 bf16, 2 f16): code 0
+                               * widens a (16-bit words) to y (f32, exact); code 1 narrows a (f32) to y (16-bit
+                               * words, round to nearest even, as PyTorch's CPU casts); code 2 rounds a (f32)
+                               * through the format into y (f32; may be a). Needs 16-bit storage (GPU only) */
     TB_ENGINE_OP_COUNT
 } tb_engine_op_kind;
 
@@ -77,6 +81,7 @@ typedef struct tb_engine_op {
     int64_t rows, len; /* softmax and norms: R and L */
     bool trans_b, log;
     int b_format;     /* matmul: tb_engine_weight_format of b (16-bit: engines with 16-bit storage only) */
+    int format;       /* convert16: the 16-bit format (TB_ENGINE_WEIGHT_BF16 or TB_ENGINE_WEIGHT_F16) */
     float eps;        /* norms */
     float alpha, lo, hi; /* unary: leaky_relu slope, clamp bounds */
     struct {

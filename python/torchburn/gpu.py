@@ -131,7 +131,9 @@ def engine_run(engine: str, ops: Sequence[dict[str, Any]], arrays: Sequence[Any]
     ``op`` (the unary/binary name, e.g. ``"gelu"``, ``"add"``), operand indices ``a``, ``b``, ``c``,
     ``y`` into ``arrays`` and the sizes of ``torchburn/engine.h`` (``n``, ``b_len``, ``m``, ``k``,
     ``rows``, ``len``, ``trans_b``, ``log``, ``eps``, ``alpha``, ``lo``, ``hi``; a matmul may write a
-    column block of a wider output with ``y_stride`` and ``y_col0``).
+    column block of a wider output with ``y_stride`` and ``y_col0``). ``convert16`` (GPU engines with
+    16-bit storage) takes ``code`` (0 widen, 1 narrow, 2 round) and ``format`` (1 bfloat16, 2 float16)
+    and reads or writes torch float16/bfloat16 arrays as the 16-bit words.
 
     Example::
 

@@ -9,6 +9,16 @@
  * B, bias, activation and residual, SOFTMAX over the last dim, LAYER_NORM (statistics unused) and
  * RMS_NORM without epilogues. Dead nodes are ignored.
  *
+ * 16-bit values (float16, bfloat16), where the engine has 16-bit storage (storage_16bit): a 16-bit graph
+ * input is uploaded as its 16-bit words and widened (exactly) into an f32 buffer where an op reads it;
+ * every op computes in f32 as for float32, and each 16-bit result is rounded in place through its format
+ * (round to nearest even, a convert16 op), so the f32 buffer holds exactly what a 16-bit tensor would:
+ * PyTorch's CPU kernels compute in float and round every op's result the same way. A matmul rounds after
+ * the product (+ bias), after its activation and after its residual, as the separate ATen ops would.
+ * A COPY between dtypes (to-dtype) is a rounding into the target format (or an alias, to float32). 16-bit
+ * graph outputs are narrowed into 16-bit buffers and downloaded as such. Without 16-bit storage such
+ * graphs are refused (they run on native_cpu).
+ *
  * Device limits: a matmul whose [N, K] weight (a graph input, as nn.Linear's parameters are) exceeds
  * maxStorageBufferRange is split by rows into parts that fit, each its own buffer filled from a slice
  * of the input, one matmul op per part writing its columns of y; an input read only by such parts is
@@ -55,7 +65,11 @@ struct tb_engine_program {
 typedef struct builder {
     const tb_graph *graph;
     tb_engine_program *p;
-    int *value_buffer; /* per value: its buffer, or -1 */
+    int *value_buffer; /* per value: its f32 buffer, or -1 */
+    int *value_buffer16; /* per value: a buffer of its 16-bit words (inputs, outputs), or -1 */
+    int *words_format; /* per value with words: their format (a float32 copy of a 16-bit input keeps its
+                        * source's words until an op needs f32: a matmul B reads them as they are) */
+    bool storage16;    /* the engine has 16-bit storage: 16-bit values are taken */
     bool *live;
     int op_capacity, fill_capacity;
     uint64_t buffer_range; /* the engine's maxStorageBufferRange (0: no limit) */
@@ -96,6 +110,38 @@ static tb_status new_buffer(builder *b, int value) {
     return TB_OK;
 }
 
+/* 0 for float32, the 16-bit format (TB_ENGINE_WEIGHT_BF16/F16) of a 16-bit dtype, -1 for others. */
+static int format_of(tb_dtype dtype) {
+    switch (dtype) {
+    case TB_F32: return 0;
+    case TB_BF16: return TB_ENGINE_WEIGHT_BF16;
+    case TB_F16: return TB_ENGINE_WEIGHT_F16;
+    default: return -1;
+    }
+}
+
+/* A buffer of the 16-bit words of `value`. */
+static tb_status new_buffer16(builder *b, int value) {
+    size_t *grown = realloc(b->p->buffer_bytes, sizeof *grown * (size_t)(b->p->nbuffers + 1));
+    if (!grown)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    b->p->buffer_bytes = grown;
+    grown[b->p->nbuffers] = (size_t)numel(info_of(b, value)) * 2;
+    b->value_buffer16[value] = b->p->nbuffers++;
+    b->words_format[value] = format_of(info_of(b, value)->dtype);
+    return TB_OK;
+}
+
+/* Why a value of this dtype is not taken, or NULL when it is. */
+static const char *dtype_refusal(const builder *b, tb_dtype dtype) {
+    const int format = format_of(dtype);
+    if (format < 0)
+        return "only float32, float16 and bfloat16 values are taken";
+    if (format > 0 && !b->storage16)
+        return "16-bit values need storageBuffer16BitAccess, which this device lacks (or TORCHBURN_VULKAN_NO_16BIT=1)";
+    return NULL;
+}
+
 /* A buffer of `bytes` filled from graph input `input` at `offset` on each run. */
 static tb_status slice_buffer(builder *b, int input, size_t offset, size_t bytes, int *out) {
     size_t *grown = realloc(b->p->buffer_bytes, sizeof *grown * (size_t)(b->p->nbuffers + 1));
@@ -118,6 +164,31 @@ static int input_of_buffer(const builder *b, int buffer) {
         if (b->p->input_buffers[i] == buffer)
             return i;
     return -1;
+}
+
+static tb_status add_op(builder *b, const tb_engine_op *op, int a, int bb, int c, int y);
+
+/* The f32 buffer of `value`, made on first use for a 16-bit value that has only its words (an input):
+ * an exact widening op. */
+static tb_status ensure_f32(builder *b, int value) {
+    if (b->value_buffer[value] >= 0)
+        return TB_OK;
+    const int words = b->value_buffer16[value];
+    if (words < 0)
+        return tb_error_set(TB_ERR_INTERNAL, "engine program: value %d has no buffer", value);
+    TB_TRY(new_buffer(b, value));
+    tb_engine_op widen = {.kind = TB_ENGINE_OP_CONVERT16, .code = 0, .format = b->words_format[value],
+                          .n = numel(info_of(b, value))};
+    return add_op(b, &widen, words, -1, -1, b->value_buffer[value]);
+}
+
+/* A 16-bit result computed into its f32 buffer: rounded in place through its format (no-op for f32). */
+static tb_status round_result(builder *b, int value) {
+    const int format = format_of(info_of(b, value)->dtype);
+    if (format <= 0)
+        return TB_OK;
+    tb_engine_op round = {.kind = TB_ENGINE_OP_CONVERT16, .code = 2, .format = format, .n = numel(info_of(b, value))};
+    return add_op(b, &round, b->value_buffer[value], -1, -1, b->value_buffer[value]);
 }
 
 static tb_status add_op(builder *b, const tb_engine_op *op, int a, int bb, int c, int y) {
@@ -208,7 +279,16 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     if (k == 0)
         rows = numel(out) / (cols > 0 ? cols : 1);
     tb_engine_op op = {.kind = TB_ENGINE_OP_MATMUL, .m = rows, .n = cols, .k = k, .trans_b = trans_b};
-    const size_t weight_bytes = (size_t)(k * cols) * sizeof(float);
+    /* B with only 16-bit words (a widened 16-bit weight input): the *_w16 kernels read the words */
+    bool words = b->value_buffer[n->inputs[1]] < 0;
+    size_t weight_bytes = (size_t)(k * cols) * (words ? 2 : sizeof(float));
+    if (words && b->buffer_range && weight_bytes > b->buffer_range) {
+        TB_TRY(ensure_f32(b, n->inputs[1])); /* too large for one binding: f32, split below (or refused) */
+        words = false;
+        weight_bytes = (size_t)(k * cols) * sizeof(float);
+    }
+    if (words)
+        op.b_format = b->words_format[n->inputs[1]];
     if (b->buffer_range && weight_bytes > b->buffer_range && k > 0) {
         /* Split like the LLM's weights: nn.Linear's [N, K] weight by rows (output columns) into parts
          * that fit, each uploaded from its slice of the graph input, one matmul per part writing its
@@ -237,17 +317,21 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
             TB_TRY(add_op(b, &part, b->value_buffer[n->inputs[0]], part_weight, part_bias, y));
         }
     } else {
-        TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], b->value_buffer[n->inputs[1]], bias, y));
+        const int weight = words ? b->value_buffer16[n->inputs[1]] : b->value_buffer[n->inputs[1]];
+        TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], weight, bias, y));
     }
+    /* a 16-bit product is rounded after each stage, as the separate ATen ops round their results */
     if (mp->activation > 0) {
+        TB_TRY(round_result(b, n->first_output));
         tb_engine_op act = {.kind = TB_ENGINE_OP_UNARY, .code = activation_codes[mp->activation], .n = numel(out)};
         TB_TRY(add_op(b, &act, y, -1, -1, y));
     }
     if (residual >= 0) {
+        TB_TRY(round_result(b, n->first_output));
         tb_engine_op add = {.kind = TB_ENGINE_OP_BINARY, .code = TB_BINARY_ADD, .n = numel(out), .b_len = numel(out)};
         TB_TRY(add_op(b, &add, y, residual, -1, y));
     }
-    return TB_OK;
+    return round_result(b, n->first_output);
 }
 
 static tb_status lower_norm(builder *b, int index, const tb_node *n) {
@@ -272,38 +356,67 @@ static tb_status lower_norm(builder *b, int index, const tb_node *n) {
     TB_TRY(new_buffer(b, n->first_output));
     tb_engine_op op = {.kind = n->op == TB_OP_LAYER_NORM ? TB_ENGINE_OP_LAYER_NORM : TB_ENGINE_OP_RMS_NORM,
                        .rows = len > 0 ? numel(x) / len : 0, .len = len, .eps = (float)np->eps};
-    return add_op(b, &op, b->value_buffer[n->inputs[0]], weight, bias, b->value_buffer[n->first_output]);
+    TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], weight, bias, b->value_buffer[n->first_output]));
+    return round_result(b, n->first_output);
 }
 
 static tb_status lower_node(builder *b, int index) {
     const tb_node *n = &b->graph->nodes[index];
     if (n->op == TB_OP_INPUT)
         return TB_OK; /* buffers made up front, in input order */
-    for (int o = 0; o < n->noutputs; o++)
-        if (b->live[n->first_output + o] && info_of(b, n->first_output + o)->dtype != TB_F32)
-            return refuse(b, index, "only float32 values are taken");
-    for (int i = 0; i < n->ninputs; i++) {
-        if (info_of(b, n->inputs[i])->dtype != TB_F32)
-            return refuse(b, index, "only float32 operands are taken");
-        if (b->value_buffer[n->inputs[i]] < 0)
-            return refuse(b, index, "an operand has no buffer");
+    for (int o = 0; o < n->noutputs; o++) {
+        const char *why = b->live[n->first_output + o] ? dtype_refusal(b, info_of(b, n->first_output + o)->dtype) : NULL;
+        if (why)
+            return refuse(b, index, why);
     }
     const tb_value_info *out = info_of(b, n->first_output);
+    /* views, permutes and same-dtype copies alias their input's buffers (f32 and/or 16-bit words);
+     * every other op reads f32 buffers, widened from 16-bit words where needed */
+    const int first_in = n->ninputs > 0 ? n->inputs[0] : -1;
+    const bool same_dtype = first_in >= 0 && info_of(b, first_in)->dtype == out->dtype;
+    const bool widening_copy = n->op == TB_OP_COPY && !same_dtype && format_of(out->dtype) == 0 &&
+                               b->value_buffer[first_in] < 0 && b->value_buffer16[first_in] >= 0;
+    const bool alias = n->op == TB_OP_VIEW || n->op == TB_OP_PERMUTE || widening_copy || (n->op == TB_OP_COPY && same_dtype);
+    for (int i = 0; i < n->ninputs; i++) {
+        const char *why = dtype_refusal(b, info_of(b, n->inputs[i])->dtype);
+        if (why)
+            return refuse(b, index, why);
+        if (b->value_buffer[n->inputs[i]] < 0 && b->value_buffer16[n->inputs[i]] < 0)
+            return refuse(b, index, "an operand has no buffer");
+        if (!alias && !(n->op == TB_OP_MATMUL && i == 1)) /* a matmul may read B's 16-bit words */
+            TB_TRY(ensure_f32(b, n->inputs[i]));
+    }
     switch (n->op) {
     case TB_OP_FULL: {
         int constant;
         TB_TRY(constant_buffer(b, (float)n->params.full.value, numel(out), &constant));
         b->value_buffer[n->first_output] = constant;
-        return TB_OK;
+        return round_result(b, n->first_output);
     }
     case TB_OP_VIEW:
     case TB_OP_COPY:
         if (!contiguous(info_of(b, n->inputs[0])) || !contiguous(out))
             return refuse(b, index, "a non-contiguous view or copy");
+        if (!alias || widening_copy) { /* to another dtype: f32 aliases the f32 buffer or the words (the
+                                        * widening is exact), a 16-bit target rounds into its format */
+            if (format_of(out->dtype) == 0) {
+                b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]];
+                b->value_buffer16[n->first_output] = b->value_buffer16[n->inputs[0]];
+                b->words_format[n->first_output] = b->words_format[n->inputs[0]];
+                return TB_OK;
+            }
+            TB_TRY(new_buffer(b, n->first_output));
+            tb_engine_op round = {.kind = TB_ENGINE_OP_CONVERT16, .code = 2, .format = format_of(out->dtype), .n = numel(out)};
+            return add_op(b, &round, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]);
+        }
         b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]];
+        b->value_buffer16[n->first_output] = b->value_buffer16[n->inputs[0]];
+        b->words_format[n->first_output] = b->words_format[n->inputs[0]];
         return TB_OK;
-    case TB_OP_PERMUTE:
-        b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]]; /* only a matmul B may read it */
+    case TB_OP_PERMUTE: /* only a matmul B may read it */
+        b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]];
+        b->value_buffer16[n->first_output] = b->value_buffer16[n->inputs[0]];
+        b->words_format[n->first_output] = b->words_format[n->inputs[0]];
         return contiguous(info_of(b, n->inputs[0])) ? TB_OK : refuse(b, index, "a permute of a non-contiguous value");
     case TB_OP_UNARY: {
         const tb_params_unary *up = &n->params.unary;
@@ -314,7 +427,8 @@ static tb_status lower_node(builder *b, int index) {
         TB_TRY(new_buffer(b, n->first_output));
         tb_engine_op op = {.kind = TB_ENGINE_OP_UNARY, .code = (int)up->op, .n = numel(out), .alpha = (float)up->alpha,
                            .lo = (float)up->lo, .hi = (float)up->hi};
-        return add_op(b, &op, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]);
+        TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]));
+        return round_result(b, n->first_output);
     }
     case TB_OP_BINARY:
     case TB_OP_BINARY_SCALAR: {
@@ -342,7 +456,8 @@ static tb_status lower_node(builder *b, int index) {
         TB_TRY(new_buffer(b, n->first_output));
         int64_t b_len = n->op == TB_OP_BINARY_SCALAR ? 1 : (int64_t)(b->p->buffer_bytes[second] / sizeof(float));
         tb_engine_op op = {.kind = TB_ENGINE_OP_BINARY, .code = code, .n = numel(out), .b_len = b_len < 1 ? 1 : b_len};
-        return add_op(b, &op, b->value_buffer[first], second, -1, b->value_buffer[n->first_output]);
+        TB_TRY(add_op(b, &op, b->value_buffer[first], second, -1, b->value_buffer[n->first_output]));
+        return round_result(b, n->first_output);
     }
     case TB_OP_SOFTMAX: {
         const tb_value_info *x = info_of(b, n->inputs[0]);
@@ -356,7 +471,8 @@ static tb_status lower_node(builder *b, int index) {
                            .log = n->params.softmax.log != 0};
         if (len == 0)
             return refuse(b, index, "an empty softmax dim");
-        return add_op(b, &op, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]);
+        TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]));
+        return round_result(b, n->first_output);
     }
     case TB_OP_LAYER_NORM:
     case TB_OP_RMS_NORM:
@@ -415,8 +531,15 @@ static tb_status build(builder *b) {
         if (n->op != TB_OP_INPUT)
             continue;
         const tb_value_info *info = info_of(b, n->first_output);
-        if (info->dtype != TB_F32 || !contiguous(info))
-            return refuse(b, i, "graph inputs must be contiguous float32");
+        const char *why = dtype_refusal(b, info->dtype);
+        if (why || !contiguous(info))
+            return refuse(b, i, why ? why : "graph inputs must be contiguous");
+        if (format_of(info->dtype) > 0) { /* uploaded as 16-bit words, widened where an op reads them */
+            TB_TRY(new_buffer16(b, n->first_output));
+            p->input_buffers[input] = b->value_buffer16[n->first_output];
+            p->input_bytes[input++] = (size_t)numel(info) * 2;
+            continue;
+        }
         TB_TRY(new_buffer(b, n->first_output));
         p->input_buffers[input] = b->value_buffer[n->first_output];
         p->input_bytes[input++] = (size_t)numel(info) * sizeof(float);
@@ -431,8 +554,21 @@ static tb_status build(builder *b) {
     for (int o = 0; o < graph->noutputs; o++) {
         int value = graph->outputs[o];
         const tb_value_info *info = info_of(b, value);
-        if (info->dtype != TB_F32 || !contiguous(info) || b->value_buffer[value] < 0)
-            return refuse(b, graph->values[value].node, "graph outputs must be contiguous float32");
+        const int format = format_of(info->dtype);
+        if (dtype_refusal(b, info->dtype) || !contiguous(info) ||
+            (b->value_buffer[value] < 0 && b->value_buffer16[value] < 0))
+            return refuse(b, graph->values[value].node, "graph outputs must be contiguous float32, float16 or bfloat16");
+        if (format > 0) { /* downloaded as 16-bit words: narrowed from the (already rounded) f32 buffer */
+            if (b->value_buffer16[value] < 0) {
+                TB_TRY(new_buffer16(b, value));
+                tb_engine_op narrow = {.kind = TB_ENGINE_OP_CONVERT16, .code = 1, .format = format, .n = numel(info)};
+                TB_TRY(add_op(b, &narrow, b->value_buffer[value], -1, -1, b->value_buffer16[value]));
+            }
+            p->output_buffers[o] = b->value_buffer16[value];
+            p->output_bytes[o] = (size_t)numel(info) * 2;
+            continue;
+        }
+        TB_TRY(ensure_f32(b, value)); /* a float32 copy of a 16-bit input has only the words */
         p->output_buffers[o] = b->value_buffer[value];
         p->output_bytes[o] = (size_t)numel(info) * sizeof(float);
     }
@@ -475,20 +611,25 @@ tb_status tb_engine_program_build(const tb_engine *engine, const tb_graph *graph
     builder b = {.graph = graph};
     b.p = calloc(1, sizeof *b.p);
     b.value_buffer = malloc(sizeof(int) * (size_t)(graph->nvalues + 1));
+    b.value_buffer16 = malloc(sizeof(int) * (size_t)(graph->nvalues + 1));
+    b.words_format = calloc((size_t)graph->nvalues + 1, sizeof(int));
     b.live = calloc((size_t)graph->nvalues + 1, sizeof(bool));
     tb_status status = TB_OK;
-    if (!b.p || !b.value_buffer || !b.live) {
+    if (!b.p || !b.value_buffer || !b.value_buffer16 || !b.words_format || !b.live) {
         status = tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
     } else {
         b.p->engine = engine;
         tb_engine_device_info info;
         engine->device_info(&info);
         b.buffer_range = info.max_storage_buffer_range;
+        b.storage16 = info.storage_16bit;
         for (int v = 0; v < graph->nvalues; v++)
-            b.value_buffer[v] = -1;
+            b.value_buffer[v] = b.value_buffer16[v] = -1;
         status = build(&b);
     }
     free(b.value_buffer);
+    free(b.value_buffer16);
+    free(b.words_format);
     free(b.live);
     if (status != TB_OK) {
         tb_engine_program_free(b.p);

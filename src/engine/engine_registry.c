@@ -35,7 +35,7 @@ const tb_engine *tb_engine_find(const char *name) {
 const char *tb_engine_op_kind_name(tb_engine_op_kind kind) {
     static const char *const names[TB_ENGINE_OP_COUNT] = {"unary",   "binary",         "matmul",        "softmax",
                                                                   "rms_norm", "layer_norm",   "qmatmul",       "llm_rope",
-                                                                  "llm_attention", "silu_mul", "copy"};
+                                                                  "llm_attention", "silu_mul", "copy", "convert16"};
     return (unsigned)kind < TB_ENGINE_OP_COUNT ? names[kind] : "invalid";
 }
 
@@ -239,6 +239,10 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         *a_bytes = (size_t)(op->a_offset + op->n) * f;
         *y_bytes = (size_t)(op->y_col0 + op->n) * f;
         break;
+    case TB_ENGINE_OP_CONVERT16:
+        *a_bytes = (size_t)op->n * (op->code == 0 ? 2 : f);
+        *y_bytes = (size_t)op->n * (op->code == 1 ? 2 : f);
+        break;
     default:
         break;
     }
@@ -360,6 +364,19 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
                                 (long long)op->n, (long long)op->a_offset, (long long)op->y_col0);
         if (op->y == op->a)
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "copy op: the output must not be the input buffer");
+        break;
+    case TB_ENGINE_OP_CONVERT16:
+        if (op->code < 0 || op->code > 2)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "convert16 op: code %d is not 0 (widen), 1 (narrow) or 2 (round)",
+                                op->code);
+        if (op->format != TB_ENGINE_WEIGHT_BF16 && op->format != TB_ENGINE_WEIGHT_F16)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "convert16 op: format %d is not 1 (bf16) or 2 (f16)", op->format);
+        if (op->n < 0 || op->n > limit)
+            return tb_error_set(TB_ERR_SHAPE, "convert16 op: n=%lld is out of range", (long long)op->n);
+        if (op->y == op->a && op->code != 2)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "convert16 op: only rounding (code 2) may run in place");
+        if (op->b || op->c || op->d)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "convert16 op takes one input");
         break;
     default:
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "engine op: unknown kind %d", (int)op->kind);

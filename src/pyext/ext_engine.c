@@ -155,7 +155,13 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
             return -1;
         }
     }
-    int64_t trans_b = 0, log = 0, b_format = 0;
+    int64_t trans_b = 0, log = 0, b_format = 0, format = 0, convert_code = 0;
+    if (op->kind == TB_ENGINE_OP_CONVERT16) { /* "code": 0 widen, 1 narrow, 2 round; "format": 1 bf16, 2 f16 */
+        if (get_int(dict, "code", &convert_code) || get_int(dict, "format", &format))
+            return -1;
+        op->code = (int)convert_code;
+        op->format = (int)format;
+    }
     if (get_int(dict, "n", &op->n) || get_int(dict, "b_len", &op->b_len) || get_int(dict, "m", &op->m) ||
         get_int(dict, "k", &op->k) || get_int(dict, "rows", &op->rows) || get_int(dict, "len", &op->len) ||
         get_int(dict, "trans_b", &trans_b) || get_int(dict, "log", &log) || get_float(dict, "eps", &op->eps) ||
@@ -215,7 +221,7 @@ static PyObject *py_engine_run(PyObject *module, PyObject *const *args, Py_ssize
         tb_tensor *t = &tensors[imported];
         if (tb_py_import_tensor(PyList_GET_ITEM(args[2], imported), "arrays[i]", t) != 0)
             goto done;
-        /* float16 / bfloat16 arrays are the 16-bit matmul weights (b_format 2 / 1) */
+        /* float16 / bfloat16 arrays are the 16-bit matmul weights (b_format 2 / 1) and convert16's words */
         if ((t->dtype != TB_F32 && t->dtype != TB_F16 && t->dtype != TB_BF16) ||
             (tb_tensor_numel(t) > 0 && !tb_tensor_is_contiguous(t))) {
             imported++;

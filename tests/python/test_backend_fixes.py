@@ -210,6 +210,31 @@ def test_explain_counts_a_native_model_as_native():
     assert "100.0 %" in str(report)
 
 
+class _LinearRelu(torch.nn.Module):
+    def __init__(self, features_in: int, features_out: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(features_in, features_out)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+def test_explain_lists_the_regions_of_a_second_model_of_the_same_class():
+    # a second model of the same class with other shapes makes Dynamo recompile the same forward code
+    # with dynamic shapes; that region builds its plan at its first call, after compile time. The
+    # report must still list the plan's steps (it printed only the region header before).
+    torch.manual_seed(0)
+    with torch.no_grad():
+        first = torchburn.explain(_LinearRelu(16, 8).eval(), torch.randn(2, 16))
+        second = torchburn.explain(_LinearRelu(32, 4).eval(), torch.randn(3, 32))
+    for report in (first, second):
+        assert report.native_share == 1.0, str(report)
+        assert any(line.startswith("gemm+bias+relu <- ") for line in report.fusions), str(report)
+        assert "    gemm+bias+relu <- addmm+relu" in str(report).splitlines(), str(report)
+    assert second.graphs[0].runners[0].dynamic  # the case this test is about: a dynamic region
+    assert "dynamic shapes" in str(second)
+
+
 def test_explain_reports_regions_that_fall_back_at_run_time(monkeypatch):
     # every region builds its plan, then runs in PyTorch at call time (as a plan that rejects its
     # inputs or fails would): explain() must not count those nodes as native

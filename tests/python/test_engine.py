@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 import numpy as np
 import pytest
@@ -639,3 +640,27 @@ def test_compile_with_gpu_requested_but_absent_runs_in_pytorch_and_says_why():
     out = run_python(code, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_LOADER="/nonexistent/libvulkan.so.1")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "TORCHBURN_DEVICE=gpu asks for a GPU, but there is none usable" in out.stderr
+
+
+def test_explain_lists_the_regions_of_a_second_model_of_the_same_class_on_the_gpu_engine(vulkan):
+    # the second model of a class recompiles its forward with dynamic shapes; its region makes its
+    # plan at the first call, and explain must still list the plan (and the engine that ran it)
+    code = textwrap.dedent("""
+        import torch, torchburn
+        class M(torch.nn.Module):
+            def __init__(self, i, o):
+                super().__init__()
+                self.fc = torch.nn.Linear(i, o)
+            def forward(self, x):
+                return torch.relu(self.fc(x))
+        with torch.no_grad():
+            for i, o, rows in ((16, 8, 2), (32, 4, 3)):
+                print(torchburn.explain(M(i, o).eval(), torch.randn(rows, i)))
+                print("----")
+    """)
+    out = run_python(code, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_ALLOW_CPU="1", TORCHBURN_QUIET="1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second = out.stdout.split("----")[:2]
+    for report in (first, second):
+        assert "    gemm+bias+relu <- addmm+relu" in report and "    engine: vulkan (" in report, report
+    assert "dynamic shapes" in second, second

@@ -293,10 +293,11 @@ class Explanation:
         lines.append("PyTorch ops: " + (", ".join(f"{k} x{v}" for k, v in sorted(fallback.items())) or "none"))
         runs = {(id(g), i): (native, eager, reason) for g, i, native, eager, reason in self._runs()}
         for graph in self.graphs:
-            for i, (nodes, description) in enumerate(zip(graph.regions, graph.fusions)):
+            for i, (nodes, description, runner) in enumerate(zip(graph.regions, graph.fusions, graph.runners)):
                 native, eager, reason = runs[(id(graph), i)]
                 ran = f"{native} native run(s), {eager} in PyTorch" + (f" ({reason})" if reason else "")
-                lines.append(f"{graph.kind} region {i} ({len(nodes)} nodes; {ran}):")
+                shapes = "; dynamic shapes, one plan per input signature" if runner.dynamic else ""
+                lines.append(f"{graph.kind} region {i} ({len(nodes)} nodes; {ran}{shapes}):")
                 lines.extend("    " + line for line in description.splitlines())
             for nodes, reason in graph.failed_regions:
                 lines.append(f"{graph.kind} region of {len(nodes)} nodes in PyTorch: {reason}")

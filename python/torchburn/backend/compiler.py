@@ -452,7 +452,6 @@ def _build_pass(gm: torch.fx.GraphModule, support: _Support, record: GraphRecord
         if not inputs:
             target = _torch_outputs(target)
         record.regions.append(node_names)
-        record.fusions.append(region.description)
         for node in part:
             region_of[node.name] = len(record.runners)
         record.region_ops.append(ops)

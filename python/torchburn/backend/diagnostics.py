@@ -74,13 +74,20 @@ class GraphRecord:
     native_ops: dict = field(default_factory=dict)  # op name -> count (in lowered regions)
     fallback_ops: dict = field(default_factory=dict)  # op name (with reason) -> count
     regions: list = field(default_factory=list)  # per lowered region: list of FX node names
-    fusions: list = field(default_factory=list)  # per lowered region: the plan's step listing
     failed_regions: list = field(default_factory=list)  # (node names, reason)
     region_ops: list = field(default_factory=list)  # per lowered region: op name -> count
     runners: list = field(default_factory=list)  # per lowered region: its compiler.Region
     # compute nodes in graph order: (name, op name, input node names, lowered region index or None,
     # why it is not supported natively or None)
     nodes: list = field(default_factory=list)
+
+    @property
+    def fusions(self) -> list:
+        """Per lowered region: its plan's step listing, read live from the region. A region with
+        symbolic shapes (Dynamo marks a frame dynamic when it sees the same code with other shapes,
+        e.g. a second model of the same class) makes its plan at its first call, so a listing taken at
+        compile time would be empty; an uncalled dynamic region has an empty listing."""
+        return [runner.description for runner in self.runners]
 
     def region_runs(self) -> list:
         """Per lowered region: ``(native_runs, fallbacks, reason)`` so far — calls that ran the plan,

@@ -161,7 +161,35 @@ def _batch_norm_backward(b: Builder, n: torch.fx.Node) -> tuple:
 # ---- linear algebra ------------------------------------------------------------------------------
 
 def _addmm_check(n: torch.fx.Node) -> bool:
-    return all(isinstance(n.kwargs.get(k, 1), (int, float)) for k in ("beta", "alpha"))
+    return all(isinstance(n.kwargs.get(k, 1), (int, float)) and _16bit_matmul_ok(n) for k in ("beta", "alpha"))
+
+
+def _16bit_matmul_ok(n: torch.fx.Node) -> bool:
+    """16-bit (float16/bfloat16) matmuls are lowered only while a GPU engine is active: there they run
+    as f32 products over exactly widened operands, rounded once to the 16-bit dtype (what PyTorch's
+    CPU kernels compute, up to summation order), with a 16-bit weight read as 16-bit words by the
+    engine's *_w16 kernels. On native_cpu they stay in PyTorch, whose 16-bit GEMMs we do not beat."""
+    if meta(n).dtype == torch.float32:
+        return True
+    from .compiler import _gpu_engine
+
+    return _gpu_engine() is not None
+
+
+def _f32(b: Builder, node: Any) -> int:
+    """`node`'s value as float32: itself, or an exact widening copy of a 16-bit value. A 16-bit
+    transposed 2-D weight (nn.Linear's `t`) is widened before the transpose, so the engine sees the
+    [N, K] weight as a graph input it can read 16-bit."""
+    if meta(node).dtype == torch.float32:
+        return b.value(node)
+    if isinstance(node, torch.fx.Node) and node.target == torch.ops.aten.t.default and len(b.shape(node)) == 2:
+        return b.add("permute", [_f32(b, node.args[0])], {"ndim": 2, "dims": [1, 0]})
+    return b.add("copy", [b.value(node)], {"dtype": "float32"})
+
+
+def _rounded(b: Builder, n: torch.fx.Node, value: int) -> int:
+    """A float32 result of a 16-bit op, rounded to the op's dtype (no-op for float32 ops)."""
+    return value if meta(n).dtype == torch.float32 else b.add("copy", [value], {"dtype": b.dtype(n)})
 
 
 def _scaled_add(b: Builder, n: torch.fx.Node) -> int:
@@ -169,15 +197,15 @@ def _scaled_add(b: Builder, n: torch.fx.Node) -> int:
     input, NaN included, as PyTorch does)."""
     bias, x, w = n.args[:3]
     beta, alpha = float(n.kwargs.get("beta", 1)), float(n.kwargs.get("alpha", 1))
-    product = b.add("matmul", [b.value(x), b.value(w)], {})
+    product = b.add("matmul", [_f32(b, x), _f32(b, w)], {})
     if alpha != 1.0:
         product = b.add("binary_scalar", [product], {"op": BINARY["mul"], "dtype": "float32", "scalar": alpha})
     if beta == 0.0:
-        return product
-    bias_v = b.value(bias)
+        return _rounded(b, n, product)
+    bias_v = _f32(b, bias)
     if beta != 1.0:
         bias_v = b.add("binary_scalar", [bias_v], {"op": BINARY["mul"], "dtype": "float32", "scalar": beta})
-    return b.add("binary", [product, bias_v], {"op": BINARY["add"], "dtype": "float32"})
+    return _rounded(b, n, b.add("binary", [product, bias_v], {"op": BINARY["add"], "dtype": "float32"}))
 
 
 @rule(aten.baddbmm.default, check=_addmm_check, dtypes=F32)
@@ -187,7 +215,7 @@ def _baddbmm(b: Builder, n: torch.fx.Node) -> int:
     return _scaled_add(b, n)
 
 
-@rule(aten.addmm.default, check=_addmm_check, dtypes=F32)
+@rule(aten.addmm.default, check=_addmm_check, dtypes=FLOATS)
 def _addmm(b: Builder, n: torch.fx.Node) -> int:
     if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1:
         return _scaled_add(b, n)
@@ -196,19 +224,19 @@ def _addmm(b: Builder, n: torch.fx.Node) -> int:
     bias_shape = b.shape(bias)
     numel = math.prod(bias_shape) if bias_shape else 1
     if numel == out_shape[1] and (not bias_shape or bias_shape[-1] == out_shape[1]) and out_shape[1] > 0:
-        bias_v = b.value(bias)
+        bias_v = _f32(b, bias)
         if len(bias_shape) != 1:
             bias_v = b.view(bias_v, [out_shape[1]])
-        return b.add("matmul", [b.value(x), b.value(w), bias_v], {"has_bias": 1})
+        return _rounded(b, n, b.add("matmul", [_f32(b, x), _f32(b, w), bias_v], {"has_bias": 1}))
     if tuple(bias_shape) == tuple(out_shape):
-        return b.add("matmul", [b.value(x), b.value(w), b.value(bias)], {"has_residual": 1})
-    product = b.add("matmul", [b.value(x), b.value(w)], {})
-    return b.add("binary", [product, b.value(bias)], {"op": BINARY["add"], "dtype": "float32"})
+        return _rounded(b, n, b.add("matmul", [_f32(b, x), _f32(b, w), _f32(b, bias)], {"has_residual": 1}))
+    product = b.add("matmul", [_f32(b, x), _f32(b, w)], {})
+    return _rounded(b, n, b.add("binary", [product, _f32(b, bias)], {"op": BINARY["add"], "dtype": "float32"}))
 
 
-@rule(aten.mm.default, aten.bmm.default, dtypes=F32)
+@rule(aten.mm.default, aten.bmm.default, check=_16bit_matmul_ok, dtypes=FLOATS)
 def _mm(b: Builder, n: torch.fx.Node) -> int:
-    return b.add("matmul", [b.value(n.args[0]), b.value(n.args[1])], {})
+    return _rounded(b, n, b.add("matmul", [_f32(b, n.args[0]), _f32(b, n.args[1])], {}))
 
 
 def _conv_check(n: torch.fx.Node) -> bool:

@@ -269,6 +269,7 @@ static tb_vk_kernel kernel_of(tb_engine_op_kind kind) {
     case TB_ENGINE_OP_LLM_ROPE: return TB_VK_KERNEL_LLM_ROPE;
     case TB_ENGINE_OP_LLM_ATTENTION: return TB_VK_KERNEL_LLM_ATTENTION;
     case TB_ENGINE_OP_SILU_MUL: return TB_VK_KERNEL_SILU_MUL;
+    case TB_ENGINE_OP_CONVERT16: return TB_VK_KERNEL_CONVERT16;
     default: return TB_VK_KERNEL_LAYER_NORM;
     }
 }
@@ -278,6 +279,8 @@ static bool supports_locked(const tb_engine_op *op) {
         return false;
     if (op->b_format != TB_ENGINE_WEIGHT_F32 && (op->kind != TB_ENGINE_OP_MATMUL || !tb_vk.info.storage_16bit))
         return false; /* 16-bit weights need storageBuffer16BitAccess */
+    if (op->kind == TB_ENGINE_OP_CONVERT16 && !tb_vk.info.storage_16bit)
+        return false; /* and so do 16-bit values */
     size_t extents[5];
     tb_engine_op_extents(op, &extents[0], &extents[1], &extents[2], &extents[3]);
     extents[4] = tb_engine_op_d_extent(op);
@@ -306,7 +309,7 @@ static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
     static const char *const names[TB_VK_KERNEL_COUNT] = {"binary",   "gemv",     "layer_norm",    "matmul",
                                                           "rms_norm", "softmax",  "unary",         "qmatmul",
                                                           "llm_rope", "llm_attention", "silu_mul",
-                                                          "matmul_w16", "gemv_w16"};
+                                                          "matmul_w16", "gemv_w16", "convert16_w16"};
     /* the subgroup-reduction variant where the device has it (and the kernel reduces), else the plain one */
     char variant[48];
     snprintf(variant, sizeof variant, "%s_subgroup", names[kernel]);
@@ -368,7 +371,8 @@ static bool op_is_empty(const tb_engine_op *op) {
     case TB_ENGINE_OP_QMATMUL: return op->m == 0 || op->n == 0;
     case TB_ENGINE_OP_LLM_ROPE:
     case TB_ENGINE_OP_LLM_ATTENTION: return op->llm.tokens == 0;
-    case TB_ENGINE_OP_COPY: return op->n == 0;
+    case TB_ENGINE_OP_COPY:
+    case TB_ENGINE_OP_CONVERT16: return op->n == 0;
     default: return op->rows == 0;
     }
 }
@@ -397,6 +401,11 @@ static tb_status record_op(const tb_engine_op *op) {
     /* absent operands are bound to y, which the shader then never reads */
     const tb_engine_buffer *operands[TB_VK_BINDINGS] = {op->a, op->b ? op->b : op->y, op->c ? op->c : op->y, op->y,
                                                         op->d ? op->d : op->y};
+    if (op->kind == TB_ENGINE_OP_CONVERT16) { /* shaders/convert16.comp: 16-bit words in at 1, out at 4 */
+        operands[0] = op->code == 0 ? op->y : op->a;
+        operands[1] = op->code == 0 ? op->a : op->y;
+        operands[4] = op->y;
+    }
     VkDescriptorBufferInfo infos[TB_VK_BINDINGS];
     VkWriteDescriptorSet writes[TB_VK_BINDINGS];
     for (int i = 0; i < TB_VK_BINDINGS; i++) {
@@ -475,6 +484,12 @@ static tb_status record_op(const tb_engine_op *op) {
         push[0] = (uint32_t)op->rows;
         push[1] = (uint32_t)op->len;
         gx = groups(op->rows * op->len, 256, limit[0]);
+        break;
+    case TB_ENGINE_OP_CONVERT16:
+        push[0] = (uint32_t)op->n;
+        push[1] = (uint32_t)op->code;
+        push[2] = (uint32_t)op->format;
+        gx = groups(op->n, 256, limit[0]);
         break;
     default:
         push[0] = (uint32_t)op->rows;

@@ -45,6 +45,7 @@ typedef enum tb_vk_kernel {
     TB_VK_KERNEL_SILU_MUL,
     TB_VK_KERNEL_MATMUL_W16, /* matmul / gemv with 16-bit b (the *_w16 SPIR-V) */
     TB_VK_KERNEL_GEMV_W16,
+    TB_VK_KERNEL_CONVERT16, /* f32 <-> bf16/f16 (convert16_w16 SPIR-V) */
     TB_VK_KERNEL_COUNT
 } tb_vk_kernel;
 

@@ -4,6 +4,7 @@
 #include "engine/vulkan/spirv_shaders.h"
 
 extern const uint32_t tb_spirv_binary[2235];
+extern const uint32_t tb_spirv_convert16_w16[1737];
 extern const uint32_t tb_spirv_gemv[1824];
 extern const uint32_t tb_spirv_gemv_subgroup[1854];
 extern const uint32_t tb_spirv_gemv_w16[1941];
@@ -27,6 +28,7 @@ extern const uint32_t tb_spirv_unary[2472];
 
 const tb_spirv_shader tb_spirv_shaders[] = {
     {"binary", tb_spirv_binary, sizeof tb_spirv_binary},
+    {"convert16_w16", tb_spirv_convert16_w16, sizeof tb_spirv_convert16_w16},
     {"gemv", tb_spirv_gemv, sizeof tb_spirv_gemv},
     {"gemv_subgroup", tb_spirv_gemv_subgroup, sizeof tb_spirv_gemv_subgroup},
     {"gemv_w16", tb_spirv_gemv_w16, sizeof tb_spirv_gemv_w16},
