@@ -326,6 +326,10 @@ TB_API int tb_plan_num_outputs(const tb_plan *plan);
 /* The layout an input must have, and the dtype/shape of an output (contiguous). */
 TB_API const tb_value_info *tb_plan_input_info(const tb_plan *plan, int index);
 TB_API const tb_value_info *tb_plan_output_info(const tb_plan *plan, int index);
+/* An earlier output that output `index` is the same value as (a graph returning a value and its
+ * detach alias), or -1. Runs write only the earlier output: an alias output's pointer is not used
+ * (tb_plan_run_tensors and the Python Plan return the earlier output's tensor again). */
+TB_API int tb_plan_output_alias(const tb_plan *plan, int index);
 TB_API void tb_plan_key(const tb_plan *plan, uint8_t out[32]);
 /* Whether a tensor with this dtype/shape/strides (elements; NULL: contiguous) can be input `index`
  * (strides of size-1 dims are ignored). */

@@ -60,6 +60,11 @@ TB_API TB_NODISCARD tb_status tb_op_conv2d(const tb_tensor *x, const tb_tensor *
 TB_API TB_NODISCARD tb_status tb_op_conv2d_fused(const tb_tensor *x, const tb_tensor *weight, const tb_tensor *bias,
                                                  const tb_conv2d_params *params, const tb_conv2d_epilogue *epilogue,
                                                  tb_tensor *out);
+/* The same writing the result into caller memory y: contiguous [N, C_out, OH, OW] (no batch dim for
+ * an unbatched x), not overlapping any input. x and weight must be float32 (else TB_ERR_DTYPE). */
+TB_API TB_NODISCARD tb_status tb_op_conv2d_fused_into(const tb_tensor *x, const tb_tensor *weight,
+                                                      const tb_tensor *bias, const tb_conv2d_params *params,
+                                                      const tb_conv2d_epilogue *epilogue, float *y);
 /* aten::convolution_backward (2-D, not transposed). grad_output [N, C_out, OH, OW], x and weight as in
  * the forward. output_mask selects grad_input [like x], grad_weight [like weight] and grad_bias
  * [C_out]; unselected outputs stay zeroed. */

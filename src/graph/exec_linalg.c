@@ -388,9 +388,15 @@ static tb_status exec_conv2d(const tb_exec_context *context, const tb_step *step
     }
     if (status == TB_OK && p->has_residual)
         epilogue.residual = &t[next];
-    if (status == TB_OK)
+    /* a planned (arena or output) location is written in place; a dynamic one adopts the result */
+    const tb_plan *plan = context->plan;
+    bool planned = plan->locs[step->outputs[0]].base < 1 + plan->ninputs + plan->noutputs;
+    float *into = planned ? tb_exec_ptr(context, step->outputs[0]) : NULL;
+    if (status == TB_OK && into)
+        status = tb_op_conv2d_fused_into(&t[0], &t[1], bias, &params, &epilogue, into);
+    else if (status == TB_OK)
         status = tb_op_conv2d_fused(&t[0], &t[1], bias, &params, &epilogue, &result);
-    if (status == TB_OK)
+    if (status == TB_OK && !into)
         status = tb_exec_adopt(context, step->outputs[0], &result);
     tb_tensor_release(&result);
     tb_tensor_release(&scale);
@@ -406,7 +412,16 @@ tb_status tb_lower_conv2d(tb_planner *planner, int node) {
     for (int i = 0; i < n->ninputs; i++)
         step.inputs[i] = tb_planner_value_loc(planner, n->inputs[i]);
     step.noutputs = 1;
-    TB_TRY(tb_planner_node_outputs_dynamic(planner, node, step.outputs));
+    /* a float32 result is written straight into a planned buffer (an output buffer when it is a graph
+     * output: no copy); other dtypes adopt the tensor the op allocates */
+    bool all_f32 = tb_planner_graph(planner)->values[n->first_output].info.dtype == TB_F32;
+    for (int i = 0; i < 2; i++)
+        all_f32 &= tb_planner_loc_info(planner, step.inputs[i])->dtype == TB_F32;
+    if (all_f32) {
+        TB_TRY(tb_planner_node_outputs(planner, node, step.outputs));
+    } else {
+        TB_TRY(tb_planner_node_outputs_dynamic(planner, node, step.outputs));
+    }
     if (step.outputs[0] < 0)
         return TB_OK;
     return tb_planner_add_step(planner, &step, NULL);

@@ -179,6 +179,7 @@ struct tb_plan {
     int ninputs, noutputs;
     int ndynamic; /* results of ops-layer calls adopted at run time */
     tb_value_info *input_info, *output_info;
+    int *output_alias; /* per output: an earlier output holding the same value (shared buffer), or -1 */
     tb_step *steps;
     int nsteps;
     tb_loc *locs;

@@ -340,11 +340,18 @@ static tb_status assign_offsets(tb_planner *planner, size_t *arena_bytes) {
     return TB_OK;
 }
 
-/* Points graph output j at an output buffer: the producing buffer itself when the value is all of a
- * contiguous arena buffer, else a copy into a fresh output buffer. */
-static tb_status bind_output(tb_planner *planner, int j, int ninputs) {
+/* Points graph output j at an output buffer: none when an earlier output is the same value (j is
+ * then its alias), the producing buffer itself when the value is all of a contiguous arena buffer,
+ * else a copy into a fresh output buffer. */
+static tb_status bind_output(tb_planner *planner, int j, int *alias) {
     int value = planner->graph->outputs[j];
     int loc = planner->value_loc[value];
+    *alias = -1;
+    for (int k = 0; k < j && *alias < 0; k++)
+        if (planner->graph->outputs[k] == value)
+            *alias = k;
+    if (*alias >= 0)
+        return TB_OK;
     const tb_loc *l = &planner->locs[loc];
     tb_value_info info;
     tb_info_contiguous(&info, l->info.dtype, l->info.ndim, l->info.shape);
@@ -359,7 +366,6 @@ static tb_status bind_output(tb_planner *planner, int j, int ninputs) {
     int buffer, out_loc;
     TB_TRY(new_buffer(planner, BUFFER_OUTPUT, j, bytes, &buffer));
     TB_TRY(new_loc(planner, buffer, 0, &info, &out_loc));
-    (void)ninputs;
     return add_copy(planner, loc, out_loc, -1);
 }
 
@@ -378,6 +384,7 @@ void tb_plan_release(tb_plan *plan) {
     tb_free(atomic_load(&plan->spare_arena));
     free(plan->input_info);
     free(plan->output_info);
+    free(plan->output_alias);
     free(plan->steps);
     free(plan->locs);
     free(plan->programs);
@@ -430,10 +437,15 @@ tb_status tb_plan_prepare(const tb_graph *graph, const uint8_t key[32], tb_plan 
     for (int o = 0; o < graph->noutputs; o++)
         planner.value_uses[graph->outputs[o]]++;
 
+    plan->output_alias = malloc(sizeof(int) * ((size_t)graph->noutputs + 1));
+    if (!plan->output_alias) {
+        status = tb_error_set(TB_ERR_OUT_OF_MEMORY, "plan: out of memory");
+        goto fail;
+    }
     if ((status = lower_all(&planner)) != TB_OK)
         goto fail;
     for (int j = 0; j < graph->noutputs; j++)
-        if ((status = bind_output(&planner, j, graph->ninputs)) != TB_OK)
+        if ((status = bind_output(&planner, j, &plan->output_alias[j])) != TB_OK)
             goto fail;
     for (int s = 0; s < planner.nsteps; s++) {
         const tb_step *step = &planner.steps[s];
@@ -501,6 +513,7 @@ fail:
     if (plan) {
         free(plan->input_info);
         free(plan->output_info);
+        free(plan->output_alias);
         free(plan);
     }
     return status;

@@ -12,6 +12,9 @@ int tb_plan_num_inputs(const tb_plan *plan) { return plan->ninputs; }
 int tb_plan_num_outputs(const tb_plan *plan) { return plan->noutputs; }
 const tb_value_info *tb_plan_input_info(const tb_plan *plan, int index) { return &plan->input_info[index]; }
 const tb_value_info *tb_plan_output_info(const tb_plan *plan, int index) { return &plan->output_info[index]; }
+int tb_plan_output_alias(const tb_plan *plan, int index) {
+    return (index >= 0 && index < plan->noutputs) ? plan->output_alias[index] : -1;
+}
 void tb_plan_key(const tb_plan *plan, uint8_t out[32]) { memcpy(out, plan->key, 32); }
 size_t tb_plan_arena_bytes(const tb_plan *plan) { return plan->arena_bytes; }
 int tb_plan_num_steps(const tb_plan *plan) { return plan->nsteps; }
@@ -139,6 +142,11 @@ tb_status tb_plan_run_tensors(const tb_plan *plan, const tb_tensor *inputs, tb_t
     }
     for (int j = 0; j < plan->noutputs; j++) {
         const tb_value_info *info = &plan->output_info[j];
+        if (plan->output_alias[j] >= 0) {
+            tb_tensor_retain(&outputs[plan->output_alias[j]], &outputs[j]);
+            out_ptrs[j] = out_ptrs[plan->output_alias[j]];
+            continue;
+        }
         tb_status status = tb_tensor_empty(info->dtype, info->ndim, info->shape, TB_ALLOC_DEFAULT, &outputs[j]);
         if (status != TB_OK) {
             for (int k = 0; k < j; k++)

@@ -353,15 +353,22 @@ static tb_status fold_epilogue(const tb_tensor *weight, const tb_tensor *bias, c
     return TB_OK;
 }
 
-tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, const tb_tensor *bias_in,
-                             const tb_conv2d_params *params, const tb_conv2d_epilogue *epilogue, tb_tensor *out) {
-    memset(out, 0, sizeof *out);
+/* The fused convolution; writes into `into` (float32, contiguous, caller memory) when it is not NULL,
+ * else into a tensor it allocates in *out. */
+static tb_status conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, const tb_tensor *bias_in,
+                              const tb_conv2d_params *params, const tb_conv2d_epilogue *epilogue, float *into,
+                              tb_tensor *out) {
+    if (out)
+        memset(out, 0, sizeof *out);
     int activation = epilogue ? epilogue->activation : TB_ACTIVATION_NONE;
     if (activation < 0 || activation >= TB_ACTIVATION_COUNT)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "conv2d: unknown activation %d", activation);
     TB_TRY(tb_nn_require_float(x_in->dtype, "conv2d: input"));
     TB_TRY(tb_nn_require_float(weight_in->dtype, "conv2d: weight"));
     tb_dtype out_dtype = tb_ops_promote(x_in->dtype, weight_in->dtype);
+    if (into && out_dtype != TB_F32)
+        return tb_error_set(TB_ERR_DTYPE, "conv2d: writing into caller memory needs a float32 result (got %s)",
+                            tb_dtype_name(out_dtype));
     if (out_dtype == TB_F64) {
         if (epilogue && (epilogue->scale || epilogue->shift || epilogue->residual || activation != TB_ACTIVATION_NONE))
             return tb_error_set(TB_ERR_UNSUPPORTED, "conv2d: the fused epilogue runs in float32 only (got float64)");
@@ -397,7 +404,7 @@ tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, 
         status = tb_nn_stage_expanded(epilogue->residual, unbatched ? 3 : 4, unbatched ? shape + 1 : shape,
                                       "conv2d: residual", &t[RESIDUAL]);
     }
-    if (status == TB_OK)
+    if (status == TB_OK && !into)
         status = tb_tensor_empty(TB_F32, 4, shape, TB_ALLOC_DEFAULT, &t[RESULT]);
     if (status == TB_OK) {
         job.x = tb_tensor_data(&t[X]);
@@ -405,15 +412,27 @@ tb_status tb_op_conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in, 
         job.bias = tb_nn_data(&t[FOLDED_B]);
         job.row_scale = path_packs_weights(job.path) ? tb_nn_data(&t[SCALE]) : NULL;
         job.residual = tb_nn_data(&t[RESIDUAL]);
-        job.y = tb_tensor_data(&t[RESULT]);
+        job.y = into ? into : tb_tensor_data(&t[RESULT]);
         status = conv_run(&job);
     }
-    if (status == TB_OK)
+    if (status == TB_OK && !into)
         status = tb_nn_drop_batch(&t[RESULT], unbatched);
-    if (status == TB_OK)
+    if (status == TB_OK && !into)
         status = tb_ops_finish_dtype(&t[RESULT], out_dtype, out);
     tb_nn_release_all(t, COUNT);
     return status;
+}
+
+tb_status tb_op_conv2d_fused(const tb_tensor *x, const tb_tensor *weight, const tb_tensor *bias,
+                             const tb_conv2d_params *params, const tb_conv2d_epilogue *epilogue, tb_tensor *out) {
+    return conv2d_fused(x, weight, bias, params, epilogue, NULL, out);
+}
+
+tb_status tb_op_conv2d_fused_into(const tb_tensor *x, const tb_tensor *weight, const tb_tensor *bias,
+                                  const tb_conv2d_params *params, const tb_conv2d_epilogue *epilogue, float *y) {
+    if (!y)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "conv2d: no output memory");
+    return conv2d_fused(x, weight, bias, params, epilogue, y, NULL);
 }
 
 tb_status tb_op_conv2d(const tb_tensor *x, const tb_tensor *weight, const tb_tensor *bias,

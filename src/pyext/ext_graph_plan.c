@@ -208,6 +208,11 @@ static int bind_input(const tb_plan *plan, int i, PyObject *object, const tb_dlp
 static int allocate_outputs(const tb_plan *plan, const tb_dlpack_exchange_api *api, call_state *s) {
     for (int j = 0; j < s->nout; j++) {
         const tb_value_info *info = tb_plan_output_info(plan, j);
+        int alias = tb_plan_output_alias(plan, j);
+        if (alias >= 0) {
+            s->outputs[j] = s->outputs[alias]; /* exported as output `alias`'s tensor again */
+            continue;
+        }
         if (api) {
             int64_t shape[TB_MAX_DIMS];
             memcpy(shape, info->shape, sizeof shape);
@@ -237,13 +242,17 @@ static int allocate_outputs(const tb_plan *plan, const tb_dlpack_exchange_api *a
     return 0;
 }
 
-static PyObject *export_outputs(const tb_dlpack_exchange_api *api, call_state *s) {
+static PyObject *export_outputs(const tb_plan *plan, const tb_dlpack_exchange_api *api, call_state *s) {
     PyObject *result = PyTuple_New(s->nout);
     if (!result)
         return NULL;
     for (int j = 0; j < s->nout; j++) {
         PyObject *item = NULL;
-        if (api) {
+        int alias = tb_plan_output_alias(plan, j);
+        if (alias >= 0) {
+            item = PyTuple_GET_ITEM(result, alias);
+            Py_INCREF(item);
+        } else if (api) {
             void *object = NULL;
             DLManagedTensorVersioned *m = s->managed[j];
             s->managed[j] = NULL; /* stolen, even on failure */
@@ -332,7 +341,7 @@ static PyObject *plan_vectorcall(PyObject *callable, PyObject *const *args, size
         }
         return tb_py_raise(status);
     }
-    PyObject *result = export_outputs(output_api, &s);
+    PyObject *result = export_outputs(plan, output_api, &s);
     state_free(&s);
     return result;
 }
@@ -438,6 +447,20 @@ static PyObject *plan_input_info(PyObject *object, PyObject *arg) {
         return NULL;
     }
     return info_tuple(tb_plan_input_info(self->plan, (int)i));
+}
+
+static PyObject *plan_output_alias(PyObject *object, PyObject *arg) {
+    py_plan *self = (py_plan *)object;
+    long j = PyLong_AsLong(arg);
+    if (j < 0 || j >= tb_plan_num_outputs(self->plan)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_IndexError, "output index out of range");
+        return NULL;
+    }
+    int alias = tb_plan_output_alias(self->plan, (int)j);
+    if (alias < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(alias);
 }
 
 static PyObject *plan_output_info(PyObject *object, PyObject *arg) {
@@ -623,6 +646,8 @@ static PyMethodDef plan_methods[] = {
      "run_timing(tensors, repeats) -> seconds of each bare run (inputs bound, outputs allocated once)"},
     {"input_info", plan_input_info, METH_O, "input_info(i) -> (dtype, shape, strides) the plan expects"},
     {"output_info", plan_output_info, METH_O, "output_info(j) -> (dtype, shape, strides) of output j"},
+    {"output_alias", plan_output_alias, METH_O,
+     "output_alias(j) -> the earlier output that output j returns again (same value), or None"},
     {"describe", plan_describe, METH_NOARGS, "describe() -> one line per step: kernel and the graph nodes it covers"},
     {NULL, NULL, 0, NULL},
 };

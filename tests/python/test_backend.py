@@ -793,3 +793,55 @@ def test_table_binary_ops_lower_natively(name):
         got = compiled_fn(a, b)
     torch.testing.assert_close(got, fn(a, b), rtol=1e-5, atol=1e-5)
     assert_all_native(recorder)
+
+
+def _forward_plans(recorder):
+    return [r.plan for g in recorder.graphs if g.kind == "forward" for r in g.runners]
+
+
+def test_grad_on_conv_outputs_are_written_in_place():
+    """With grad on, aot_autograd saves the conv results for the backward: they are graph outputs of the
+    forward plan. A float32 conv writes its result straight into the output buffer, so the conv/bn/relu
+    forward plan has no copy step at all (it had one per conv before), and outputs and gradients still
+    equal eager's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 3, 12, 12)
+    with Recorder() as recorder:
+        out = compiled(model)(x)
+    plans = _forward_plans(recorder)
+    assert len(plans) == 1
+    steps = plans[0].describe().splitlines()
+    assert sum(line.startswith("conv2d") for line in steps) == 2, steps
+    assert not [line for line in steps if line.startswith("copy")], steps
+    expected = reference(x)
+    torch.testing.assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    for got, want in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_repeated_output_shares_one_buffer():
+    """A region returning a value and its detach alias (aot_autograd does so for saved activations) gets
+    one output buffer: the plan marks output 1 as an alias of output 0, runs no copy, and returns the
+    same tensor twice."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torchburn.backend.compiler import build_plan
+
+    def region(x):
+        y = torch.relu(x * 2.0)
+        return y, y.detach(), x + 1.0
+
+    x = torch.randn(4, 16)
+    gm = make_fx(region)(x)
+    plan, _, description = build_plan(gm)
+    assert [plan.output_alias(j) for j in range(plan.num_outputs)] == [None, 0, None]
+    assert "copy" not in description, description
+    y, alias, z = plan(x)
+    assert alias is y
+    torch.testing.assert_close(y, torch.relu(x * 2.0))
+    torch.testing.assert_close(z, x + 1.0)
