@@ -438,25 +438,30 @@ static PyObject *info_tuple(const tb_value_info *info) {
     return Py_BuildValue("(sNN)", tb_dtype_name(info->dtype), shape, strides);
 }
 
+/* The index argument of a per-input/per-output method, checked against count (-1 with IndexError set). */
+static long plan_index(PyObject *arg, int count, const char *what) {
+    long index = PyLong_AsLong(arg);
+    if (index < 0 || index >= count) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_IndexError, "%s index out of range", what);
+        return -1;
+    }
+    return index;
+}
+
 static PyObject *plan_input_info(PyObject *object, PyObject *arg) {
     py_plan *self = (py_plan *)object;
-    long i = PyLong_AsLong(arg);
-    if (i < 0 || i >= tb_plan_num_inputs(self->plan)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_IndexError, "input index out of range");
+    long i = plan_index(arg, tb_plan_num_inputs(self->plan), "input");
+    if (i < 0)
         return NULL;
-    }
     return info_tuple(tb_plan_input_info(self->plan, (int)i));
 }
 
 static PyObject *plan_output_alias(PyObject *object, PyObject *arg) {
     py_plan *self = (py_plan *)object;
-    long j = PyLong_AsLong(arg);
-    if (j < 0 || j >= tb_plan_num_outputs(self->plan)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_IndexError, "output index out of range");
+    long j = plan_index(arg, tb_plan_num_outputs(self->plan), "output");
+    if (j < 0)
         return NULL;
-    }
     int alias = tb_plan_output_alias(self->plan, (int)j);
     if (alias < 0)
         Py_RETURN_NONE;
@@ -465,12 +470,9 @@ static PyObject *plan_output_alias(PyObject *object, PyObject *arg) {
 
 static PyObject *plan_output_info(PyObject *object, PyObject *arg) {
     py_plan *self = (py_plan *)object;
-    long j = PyLong_AsLong(arg);
-    if (j < 0 || j >= tb_plan_num_outputs(self->plan)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_IndexError, "output index out of range");
+    long j = plan_index(arg, tb_plan_num_outputs(self->plan), "output");
+    if (j < 0)
         return NULL;
-    }
     return info_tuple(tb_plan_output_info(self->plan, (int)j));
 }
 

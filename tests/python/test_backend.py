@@ -845,3 +845,9 @@ def test_repeated_output_shares_one_buffer():
     assert alias is y
     torch.testing.assert_close(y, torch.relu(x * 2.0))
     torch.testing.assert_close(z, x + 1.0)
+    for method, count, what in ((plan.output_alias, plan.num_outputs, "output"),
+                                (plan.output_info, plan.num_outputs, "output"),
+                                (plan.input_info, 1, "input")):
+        for bad in (-1, count):
+            with pytest.raises(IndexError, match=f"{what} index out of range"):
+                method(bad)
