@@ -4,7 +4,7 @@ Each fit is a near-minimax polynomial found with Lawson's iteratively reweighted
 double precision against mpmath reference values; the GELU tables additionally round their
 coefficients to float one at a time, refitting the remaining ones after each rounding.
 
-Usage: python tools/fit_vec_math.py [exp|log|sin|cos|tanh|gelu32|gelu16 ...]   (needs numpy, mpmath)
+Usage: python tools/fit_vec_math.py [exp|log|sin|cos|tanh|gelu32|gelu8 ...]   (needs numpy, mpmath)
 Prints C initialisers and the maximum weighted error of each fit.
 """
 
@@ -78,13 +78,22 @@ def fit_tanh():
     print("tanh T (ascending in x^2): %s  /* %.2g */" % (as_c(c), e))
 
 
-def fit_gelu(intervals: int, width: float, degree: int, floor: float = 1e-5):
-    """Q(a) = Phi(-a) on intervals centred on k*width, local variable v = a/width - k in [-1/2, 1/2]."""
+def fit_gelu(intervals: int, width: float, degree: int, floor: float = 1e-5, from_right: bool = False):
+    """Q(a) = Phi(-a) on intervals centred on k*width, local variable v = a/width - k in [-1/2, 1/2];
+    from_right: intervals [k, k+1)*width, local variable v = k + 1 - a/width in (0, 1] (a/width itself in
+    the first interval), in which Q's Taylor
+    coefficients are all positive in the tail (Q decreases, so Q(k + 1 - v) increases with v), so that
+    Horner's sums do not cancel however steep Q is across the interval."""
     table = [[0.0] * intervals for _ in range(degree + 1)]
     worst = 0.0
     for k in range(intervals):
-        v = chebyshev_nodes(0.0 if k == 0 else -0.5, 0.5, 300)
-        target = np.array([float(mp.ncdf(-(k + x) * width)) for x in v])
+        if from_right:
+            v = chebyshev_nodes(0.0, 1.0, 400)
+            # interval 0 takes v = a itself: 1 - a would round for a < 1/2, and Q is mild there
+            target = np.array([float(mp.ncdf(-(x if k == 0 else k + 1 - x) * width)) for x in v])
+        else:
+            v = chebyshev_nodes(0.0 if k == 0 else -0.5, 0.5, 300)
+            target = np.array([float(mp.ncdf(-(k + x) * width)) for x in v])
         weight = 1 / np.maximum(target, floor)
         fixed = []
         for j in range(degree + 1):  # round one coefficient, refit the rest
@@ -109,7 +118,7 @@ FITS = {
     "cos": fit_cos,
     "tanh": fit_tanh,
     "gelu32": lambda: fit_gelu(32, 0.25, 6),  # AVX-512: two-register vpermt2ps tables
-    "gelu16": lambda: fit_gelu(16, 0.5, 7),  # AVX2: two vpermps + blend
+    "gelu8": lambda: fit_gelu(8, 1.0, 9, from_right=True),  # AVX2: one vpermps (16 entries: two and a blend)
 }
 
 if __name__ == "__main__":

@@ -137,14 +137,18 @@ static inline vf vmath_sigmoid(vf x) {
 /* exact GELU: x * Phi(x), Phi the standard normal CDF (= (1 + erf(x/sqrt2))/2), through
  * Q(a) = Phi(-a) = erfc(a/sqrt2)/2 for a = |x|: Phi(x) = 1 - Q(a) for x >= 0 and Q(a) for x < 0, so the
  * negative tail keeps its relative accuracy (no 1 + erf cancellation) and x needs no rounding.
- * Q is piecewise polynomial over VF_TABLE_SIZE equal intervals centred on k / INTERVALS_PER_UNIT
- * (k = round(a * INTERVALS_PER_UNIT)), each with its own polynomial in the local variable
- * v = a * INTERVALS_PER_UNIT - k in [-1/2, 1/2] (centred, so that Horner's rounding is not magnified by
- * the decay of Q across the interval); the coefficients are looked up per lane from registers. No
+ * Q is piecewise polynomial over VF_TABLE_SIZE equal intervals, each with its own polynomial in a local
+ * variable, the coefficients looked up per lane from registers. With 32 entries (AVX-512) the intervals
+ * are centred on k / 4 (k = round(4a)), v = 4a - k in [-1/2, 1/2]: centred, so that Horner's rounding
+ * is not magnified by the decay of Q across the interval. With 8 entries (AVX2, one vpermps a lookup)
+ * the intervals are [k, k + 1) and v = k + 1 - a in (0, 1] (v = a in the first): Q falls by up to e^4 across such an interval,
+ * which a centred variable would turn into alternating Taylor terms ten times the result (6 ulp seen);
+ * measured from the right end the terms that matter are positive and nothing cancels. No
  * division and no exp: 2-3x cheaper than an erfc through exp. The coefficients (tools/fit_vec_math.py)
  * are near-minimax fits of |error| / max(Q, floor), rounded to float one at a time with the rest
- * refitted: relative error < 4e-8 wherever Q >= floor = 1e-5 (|x| < 4.26), absolute below that. Past
- * the last interval (a >= 7.875 or 7.75) Q < 5e-15, so the result is x (x > 0) or -0 (x < 0).
+ * refitted: relative error < 4.5e-8 wherever Q >= floor = 1e-5 (|x| < 4.26), absolute below that. Past
+ * the last interval (a >= 7.875 with 32 entries, 8 with 8) Q < 5e-15, so the result is x (x > 0) or
+ * -0 (x < 0).
  * gelu(inf) = inf, gelu(-inf) = NaN (as PyTorch), NaN stays NaN. */
 #if VF_TABLE_SIZE == 32
 #define VMATH_GELU_DEGREE 6
@@ -159,19 +163,23 @@ static const float vmath_gelu_q[7][32] = {
     {-1.506486660e-05f, -7.890055713e-06f, -4.616379101e-06f, 5.166908750e-07f, 3.659215736e-06f, 5.536938716e-06f, 5.525304914e-06f, 4.176223683e-06f, 2.193288083e-06f, 4.133486868e-07f, -6.658636380e-07f, -1.109282039e-06f, -1.083045277e-06f, -8.466103054e-07f, -5.665793310e-07f, -3.343393473e-07f, -1.781126002e-07f, -8.610034996e-08f, -3.815185323e-08f, -1.554269247e-08f, -5.838154848e-09f, -2.029900026e-09f, -6.542426045e-10f, -1.958066348e-10f, -5.447533397e-11f, -1.411199803e-11f, -3.405813175e-12f, -7.663949228e-13f, -1.609453402e-13f, -3.155411520e-14f, -5.778847131e-15f, -9.891104422e-16f},
     {3.665668146e-06f, 1.728310599e-05f, -6.714982646e-06f, 4.674486263e-06f, -2.878326313e-06f, -4.909777999e-06f, -2.884399009e-06f, -7.536073987e-09f, -2.270720856e-08f, -8.500029480e-07f, -2.753925799e-07f, -1.284677751e-07f, -5.073228948e-09f, 2.570519086e-08f, 3.605567045e-08f, 3.280812422e-08f, 1.780802528e-08f, 1.128929306e-08f, 5.477208909e-09f, 2.423399037e-09f, 9.876490736e-10f, 3.712744279e-10f, 1.276446310e-10f, 4.050881852e-11f, 1.194589653e-11f, 3.258846751e-12f, 8.265008686e-13f, 1.948925776e-13f, 4.275892113e-14f, 8.741330041e-15f, 1.666279085e-15f, 2.962207624e-16f},
 };
-#elif VF_TABLE_SIZE == 16
-#define VMATH_GELU_DEGREE 7
-#define VMATH_GELU_INTERVALS_PER_UNIT 2.0f
-/* 16 intervals of width 1/2 centred on k/2, degree 7, floor 1e-5 (|x| < 4.26) */
-static const float vmath_gelu_q[8][16] = {
-    {5.000000000e-01f, 3.085375428e-01f, 1.586552560e-01f, 6.680720299e-02f, 2.275013179e-02f, 6.209665444e-03f, 1.349898055e-03f, 2.326290851e-04f, 3.167124305e-05f, 3.397672799e-06f, 2.866514706e-07f, 1.898954238e-08f, 9.865850359e-10f, 4.015978175e-11f, 1.279798208e-12f, 3.190824273e-14f},
-    {-1.994711459e-01f, -1.760326624e-01f, -1.209853664e-01f, -6.475879997e-02f, -2.699548379e-02f, -8.764150552e-03f, -2.215924207e-03f, -4.363413609e-04f, -6.691511226e-05f, -7.991870007e-06f, -7.433596352e-07f, -5.384876545e-08f, -3.037937457e-09f, -1.334773125e-10f, -4.567323082e-12f, -1.217141080e-13f},
-    {2.159544579e-07f, 2.200378291e-02f, 3.024618514e-02f, 2.428442426e-02f, 1.349775493e-02f, 5.477584433e-03f, 1.661940943e-03f, 3.817981051e-04f, 6.691506132e-05f, 8.990899005e-06f, 9.292135701e-07f, 7.404472058e-08f, 4.557238142e-09f, 2.169302377e-10f, 7.994713398e-12f, 2.283034872e-13f},
-    {8.308544755e-03f, 5.501103587e-03f, 1.823431006e-07f, -3.372721607e-03f, -3.374429885e-03f, -1.917141606e-03f, -7.386395591e-04f, -2.045340225e-04f, -4.182178600e-05f, -6.410163223e-06f, -7.433657174e-07f, -6.562975585e-08f, -4.430537714e-09f, -2.294378160e-10f, -9.136349663e-12f, -2.802846117e-13f},
-    {1.618812894e-05f, -1.257384429e-03f, -1.258573262e-03f, -3.781269770e-04f, 2.810383739e-04f, 3.709874582e-04f, 2.077741956e-04f, 7.358378934e-05f, 1.812283153e-05f, 3.230175025e-06f, 4.256015700e-07f, 4.198183490e-08f, 3.126363612e-09f, 1.767886115e-10f, 7.623357674e-12f, 2.514708006e-13f},
-    {-3.599382762e-04f, -1.444680529e-04f, 1.243255392e-04f, 1.820289472e-04f, 7.031903078e-05f, -2.098622281e-05f, -3.464833571e-05f, -1.809258356e-05f, -5.682938536e-06f, -1.213433507e-06f, -1.849891618e-07f, -2.063892879e-08f, -1.710901421e-09f, -1.064012559e-10f, -4.999289611e-12f, -1.783418384e-13f},
-    {7.098014612e-05f, 3.885805199e-05f, 2.683567982e-05f, -1.361472368e-05f, -2.050961484e-05f, -8.350302778e-06f, 1.595516437e-06f, 2.787649919e-06f, 1.293959940e-06f, 3.533203028e-07f, 6.472632919e-08f, 8.401974227e-09f, 7.938873448e-10f, 5.551633112e-11f, 2.903733027e-12f, 1.144638583e-13f},
-    {-3.169550837e-05f, 6.152127753e-06f, -1.703507451e-06f, -7.395472039e-07f, 7.616925473e-07f, 2.454777814e-06f, 7.338526302e-07f, -1.338089959e-07f, -1.928866595e-07f, -7.629447651e-08f, -1.732800214e-08f, -2.642898345e-09f, -2.843447977e-10f, -2.222333602e-11f, -1.280375328e-12f, -5.501200488e-14f},
+#elif VF_TABLE_SIZE == 8
+#define VMATH_GELU_DEGREE 9
+#define VMATH_GELU_INTERVALS_PER_UNIT 1.0f
+#define VMATH_GELU_FROM_RIGHT 1
+/* 8 intervals [k, k + 1), degree 9 in v = k + 1 - a (v = a in [0, 1)), floor 1e-5 (|x| < 4.26): max |error| / max(Q, floor)
+ * 3.8e-8 */
+static const float vmath_gelu_q[10][8] = {
+    {5.000000000e-01f, 2.275013179e-02f, 1.349898055e-03f, 3.167124305e-05f, 2.866516127e-07f, 9.865394057e-10f, 1.278682563e-12f, 6.164674026e-16f},
+    {-3.989422619e-01f, 5.399099737e-02f, 4.431843758e-03f, 1.338299189e-04f, 1.486714041e-06f, 6.085290938e-09f, 9.352090283e-12f, 6.124312483e-15f},
+    {-6.495031926e-07f, 5.399002507e-02f, 6.647920236e-03f, 2.676726435e-04f, 3.716912033e-06f, 1.792501436e-08f, 2.507944720e-11f, -1.343860715e-14f},
+    {6.649833918e-02f, 2.700616606e-02f, 5.907410756e-03f, 3.343963472e-04f, 5.946222700e-06f, 3.921010006e-08f, 1.575577030e-10f, 4.610554018e-13f},
+    {-4.821081529e-05f, 4.440484103e-03f, 3.333438188e-03f, 2.912492200e-04f, 6.813053460e-06f, 2.641190378e-08f, -4.000408060e-10f, -2.391083425e-12f},
+    {-9.807601571e-03f, -2.074327553e-03f, 1.079964801e-03f, 1.766918722e-04f, 5.948493708e-06f, 1.399409371e-07f, 1.998123889e-09f, 8.802941015e-12f},
+    {-3.448970383e-04f, -1.643003081e-03f, 1.544522383e-04f, 9.443647286e-05f, 3.905704489e-06f, -1.354687242e-07f, -3.693389594e-09f, -1.767867797e-11f},
+    {1.624589670e-03f, 1.455961028e-04f, -1.156851213e-04f, 8.850409358e-06f, 2.449189651e-06f, 2.744028791e-07f, 5.025339700e-09f, 2.223643665e-11f},
+    {-3.224150569e-04f, 1.278771651e-05f, -4.251016071e-05f, 1.744694055e-05f, 5.669083407e-07f, -1.593656407e-07f, -3.366397383e-09f, -1.503525603e-11f},
+    {-1.638941853e-06f, 3.639745773e-05f, 3.398828085e-06f, -6.347086583e-06f, 5.513917358e-07f, 7.652322154e-08f, 1.229682800e-09f, 4.891089270e-12f},
 };
 #else
 #error "vec_math.h: no GELU table for this VF_TABLE_SIZE"
@@ -179,12 +187,24 @@ static const float vmath_gelu_q[8][16] = {
 
 static inline vf vmath_gelu(vf x) {
     const float(*table)[VF_TABLE_SIZE] = vmath_gelu_q;
-    /* Q is 0 in float terms past the last interval's end, (VF_TABLE_SIZE - 1/2) / INTERVALS_PER_UNIT */
+    /* Q is 0 in float terms past the last interval's end */
+#ifdef VMATH_GELU_FROM_RIGHT
+    const vf end = vf_set1((float)VF_TABLE_SIZE / VMATH_GELU_INTERVALS_PER_UNIT);
+#else
     const vf end = vf_set1(((float)VF_TABLE_SIZE - 0.5f) / VMATH_GELU_INTERVALS_PER_UNIT);
+#endif
     vf a = vf_abs(x);
     vf s = vf_mul(a, vf_set1(VMATH_GELU_INTERVALS_PER_UNIT));
+#ifdef VMATH_GELU_FROM_RIGHT
+    /* interval k = floor(s), v = k + 1 - s in (0, 1], exact for k >= 1 (past the end k wraps and is
+     * masked); the first interval takes v = s, as 1 - s would round */
+    vi interval = vf_to_vi_trunc(s);
+    vf one = vf_set1(1.0f);
+    vf v = vf_select(vf_lt(s, one), s, vf_sub(vf_add(vi_to_vf(interval), one), s));
+#else
     vi interval = vf_to_vi(s); /* nearest: v in [-1/2, 1/2]; past the end it wraps and is masked below */
     vf v = vf_sub(s, vi_to_vf(interval));
+#endif
     vf q = vtable_lookup(vtable_load(table[VMATH_GELU_DEGREE]), interval);
     for (int j = VMATH_GELU_DEGREE - 1; j >= 0; j--)
         q = vf_fmadd(q, v, vtable_lookup(vtable_load(table[j]), interval));

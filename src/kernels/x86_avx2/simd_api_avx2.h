@@ -100,20 +100,18 @@ static inline vi vi_select(vm m, vi a, vi b) { return _mm256_castps_si256(_mm256
 static inline vi vi_iota(void) { return _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0); }
 static inline void vi_store(int32_t *p, vi v) { _mm256_storeu_si256((__m256i *)p, v); }
 
-/* ---- coefficient tables: VF_TABLE_SIZE floats held in registers, looked up per lane by the low
- * log2(VF_TABLE_SIZE) bits of an int32 index (two vpermps and a blend on bit 3) */
-#define VF_TABLE_SIZE 16
+/* ---- coefficient tables: VF_TABLE_SIZE floats held in a register, looked up per lane by the low
+ * log2(VF_TABLE_SIZE) bits of an int32 index (one vpermps). Eight entries, not sixteen: a 16-entry table
+ * costs two vpermps and a blend per lookup, and the permute port bounds the GELU polynomial on Zen 3 */
+#define VF_TABLE_SIZE 8
 typedef struct vtable {
-    __m256 lo, hi;
+    __m256 entries;
 } vtable;
 static inline vtable vtable_load(const float *entries) {
-    vtable t = {_mm256_loadu_ps(entries), _mm256_loadu_ps(entries + 8)};
+    vtable t = {_mm256_loadu_ps(entries)};
     return t;
 }
-static inline vf vtable_lookup(vtable t, vi index) {
-    __m256 from_lo = _mm256_permutevar8x32_ps(t.lo, index), from_hi = _mm256_permutevar8x32_ps(t.hi, index);
-    return _mm256_blendv_ps(from_lo, from_hi, _mm256_castsi256_ps(_mm256_slli_epi32(index, 28)));
-}
+static inline vf vtable_lookup(vtable t, vi index) { return _mm256_permutevar8x32_ps(t.entries, index); }
 static inline vi vf_to_vi_trunc(vf a) { return _mm256_cvttps_epi32(a); } /* toward zero */
 
 /* ---- horizontal reductions (vf_hmax/vf_hmin ignore NaN handling: callers track NaN themselves) */
