@@ -110,9 +110,13 @@ void tb_kernel_variants(tb_isa isa, char gemm_f32[160], char gemm_bf16[96], char
                  (long long)b.kc);
     else
         snprintf(conv, 160, "implicit-GEMM %s %dx%d kc=%lld", uk->isa_name, uk->mr, uk->nr, (long long)b.kc);
-    bool vnni = isa == TB_ISA_AVX512 && tb_cpu_get_features()->avx512vnni;
-#ifndef TB_HAVE_X86
-    vnni = false;
+    /* The LLM's int8-activation matmul family, chosen as llm/llm_qmatmul.c chooses it. */
+    const char *q = "scalar";
+#ifdef TB_HAVE_X86
+    if (isa == TB_ISA_AVX512 && tb_cpu_get_features()->avx512vnni)
+        q = "avx512_vnni (vpdpbusd)";
+    else if ((isa == TB_ISA_AVX2 || isa == TB_ISA_AVX512) && tb_isa_supported(TB_ISA_AVX2))
+        q = "avx2 (vpmaddubsw + vpmaddwd)";
 #endif
-    snprintf(qmatmul, 64, "%s", vnni ? "avx512_vnni (vpdpbusd)" : "scalar");
+    snprintf(qmatmul, 64, "%s", q);
 }

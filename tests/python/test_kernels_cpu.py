@@ -22,6 +22,9 @@ def test_cpu_info_reports_uarch_caches_and_kernels():
     assert isinstance(info["microarchitecture"], str) and info["microarchitecture"]
     assert set(info["kernels"]) == {"gemm_f32", "gemm_bf16", "conv", "int8_qmatmul"}
     assert info["isa"] in info["kernels"]["gemm_f32"]
+    # The LLM's int8 matmul has SIMD kernels at every x86 SIMD level.
+    if info["isa"] in ("avx2", "avx512"):
+        assert info["kernels"]["int8_qmatmul"] != "scalar", info["kernels"]
     for level in ("l1d", "l2", "l3"):
         assert set(info["caches"][level]) == {"size_bytes", "line_bytes", "ways", "shared_by"}
     for flag in ("amx_tile", "amx_bf16", "amx_int8", "avx512_bf16", "avx512_fp16"):
