@@ -93,12 +93,19 @@ typedef struct tb_pool2d_params {
  * within the input plane). A NaN in a window wins (the last one); indices may be NULL. */
 TB_API TB_NODISCARD tb_status tb_op_max_pool2d(const tb_tensor *x, const tb_pool2d_params *params, tb_tensor *out,
                                                tb_tensor *indices);
+/* The same writing into caller memory: values y in x's dtype (float32 or float64, else TB_ERR_DTYPE),
+ * contiguous [N, C, OH, OW] (no batch dim for an unbatched x), and int64 indices likewise (may be
+ * NULL); neither may overlap x. */
+TB_API TB_NODISCARD tb_status tb_op_max_pool2d_into(const tb_tensor *x, const tb_pool2d_params *params, void *y,
+                                                    int64_t *indices);
 /* aten::max_pool2d_with_indices_backward and aten::adaptive_max_pool2d_backward: scatters grad_output
  * into a zero tensor shaped like x at `indices` (as produced by the forward). */
 TB_API TB_NODISCARD tb_status tb_op_max_pool2d_backward(const tb_tensor *grad_output, const tb_tensor *x,
                                                         const tb_tensor *indices, tb_tensor *out);
 /* aten::avg_pool2d / aten::avg_pool2d_backward (dilation must be 1). */
 TB_API TB_NODISCARD tb_status tb_op_avg_pool2d(const tb_tensor *x, const tb_pool2d_params *params, tb_tensor *out);
+/* avg_pool2d into caller memory, on the terms of tb_op_max_pool2d_into. */
+TB_API TB_NODISCARD tb_status tb_op_avg_pool2d_into(const tb_tensor *x, const tb_pool2d_params *params, void *y);
 TB_API TB_NODISCARD tb_status tb_op_avg_pool2d_backward(const tb_tensor *grad_output, const tb_tensor *x,
                                                         const tb_pool2d_params *params, tb_tensor *out);
 /* aten::_adaptive_avg_pool2d / its backward; aten::adaptive_max_pool2d (indices may be NULL). Window

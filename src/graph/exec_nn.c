@@ -408,6 +408,24 @@ static void pool_params(const tb_params_pool *p, tb_pool2d_params *out) {
     out->divisor_override = p->divisor_override;
 }
 
+/* Pooling of a float32/float64 input writes straight into planned buffers (arena, or an output buffer
+ * when the result is a graph output, as the values and indices a backward needs are): no copy. The
+ * lowering plans those outputs (tb_lower_nn); other dtypes adopt the tensors the op allocates. */
+static bool pool_writes_in_place(const tb_graph *graph, const tb_node *n) {
+    if (n->op != TB_OP_MAX_POOL2D && n->op != TB_OP_AVG_POOL2D)
+        return false;
+    tb_dtype in = graph->values[n->inputs[0]].info.dtype, out = graph->values[n->first_output].info.dtype;
+    return (in == TB_F32 || in == TB_F64) && out == in;
+}
+
+static bool pool_in_place(const tb_exec_context *context, const tb_step *step) {
+    const tb_plan *plan = context->plan;
+    if (step->outputs[0] < 0)
+        return false;
+    int base = plan->locs[step->outputs[0]].base;
+    return base >= 0 && base < 1 + plan->ninputs + plan->noutputs;
+}
+
 static tb_status exec_nn(const tb_exec_context *context, const tb_step *step) {
     enum { MAX = 8 };
     tb_storage storages[MAX];
@@ -445,13 +463,20 @@ static tb_status exec_nn(const tb_exec_context *context, const tb_step *step) {
     case TB_OP_MAX_POOL2D: {
         tb_pool2d_params pp;
         pool_params(&p->pool, &pp);
-        status = tb_op_max_pool2d(t[0], &pp, &out[0], OUT(1));
+        if (pool_in_place(context, step))
+            status = tb_op_max_pool2d_into(t[0], &pp, tb_exec_ptr(context, step->outputs[0]),
+                                           want[1] ? tb_exec_ptr(context, step->outputs[1]) : NULL);
+        else
+            status = tb_op_max_pool2d(t[0], &pp, &out[0], OUT(1));
         break;
     }
     case TB_OP_AVG_POOL2D: {
         tb_pool2d_params pp;
         pool_params(&p->pool, &pp);
-        status = tb_op_avg_pool2d(t[0], &pp, &out[0]);
+        if (pool_in_place(context, step))
+            status = tb_op_avg_pool2d_into(t[0], &pp, tb_exec_ptr(context, step->outputs[0]));
+        else
+            status = tb_op_avg_pool2d(t[0], &pp, &out[0]);
         break;
     }
     case TB_OP_ADAPTIVE_AVG_POOL2D:
@@ -567,5 +592,7 @@ tb_status tb_lower_nn(tb_planner *planner, int node) {
     const tb_node *n = &tb_planner_graph(planner)->nodes[node];
     if (n->ninputs > 8)
         return tb_error_set(TB_ERR_UNSUPPORTED, "too many inputs");
+    if (pool_writes_in_place(tb_planner_graph(planner), n))
+        return simple_step_with(planner, node, tb_graph_op_name(n->op), exec_nn, false);
     return simple_step_with(planner, node, tb_graph_op_name(n->op), exec_nn, true);
 }

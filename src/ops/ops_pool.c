@@ -173,33 +173,49 @@ static tb_status pool_check(const char *name, const tb_tensor *x4, const tb_pool
     return TB_OK;
 }
 
-/* Forward pooling: stages x, allocates [N, C, OH, OW] (+ int64 indices when wanted), runs, restores
- * the caller's batching and dtype. */
-static tb_status pool_forward(const char *name, pool_job *job, const tb_tensor *x, const tb_tensor *x4, tb_tensor *out,
-                              tb_tensor *indices) {
+/* Where a forward pooling writes: caller memory (y, and index for max pooling when wanted), or tensors
+ * it allocates into *out / *indices (indices NULL: not wanted). */
+typedef struct pool_dest {
+    void *y;
+    int64_t *index;
+    tb_tensor *out, *indices;
+} pool_dest;
+
+/* Forward pooling: stages x, writes [N, C, OH, OW] values (+ int64 indices when wanted) into the
+ * caller's memory or into fresh tensors, then restores the caller's batching and dtype. Caller memory
+ * takes x's own dtype, float32 or float64 (the dtypes computed without a conversion pass). */
+static tb_status pool_forward(const char *name, pool_job *job, const tb_tensor *x, const tb_tensor *x4,
+                              const pool_dest *dest) {
     tb_tensor staged = {0}, result = {0}, index = {0};
-    bool unbatched = x->ndim == 3;
+    bool unbatched = x->ndim == 3, into = dest->y != NULL;
+    bool want_index = into ? dest->index != NULL : dest->indices != NULL;
     int64_t shape[4] = {x4->shape[0], x4->shape[1], job->g.out_h, job->g.out_w};
     job->f64 = x->dtype == TB_F64;
+    if (into && x->dtype != TB_F32 && x->dtype != TB_F64)
+        return tb_error_set(TB_ERR_DTYPE, "%s: writing into caller memory needs float32 or float64 (got %s)", name,
+                            tb_dtype_name(x->dtype));
     tb_status status = tb_nn_stage_compute(x4, job->f64 ? TB_F64 : TB_F32, name, &staged);
-    if (status == TB_OK)
+    if (status == TB_OK && !into)
         status = tb_tensor_empty(job->f64 ? TB_F64 : TB_F32, 4, shape, TB_ALLOC_DEFAULT, &result);
-    if (status == TB_OK && indices)
+    if (status == TB_OK && want_index && !into)
         status = tb_tensor_empty(TB_I64, 4, shape, TB_ALLOC_DEFAULT, &index);
     if (status == TB_OK) {
         job->x = tb_tensor_data(&staged);
-        job->y = tb_tensor_data(&result);
-        job->index = indices ? tb_tensor_data(&index) : NULL;
+        job->y = into ? dest->y : tb_tensor_data(&result);
+        job->index = !want_index ? NULL : into ? dest->index : tb_tensor_data(&index);
         pool_run(job, shape[0] * shape[1]);
-        status = tb_nn_drop_batch(&result, unbatched);
     }
-    if (status == TB_OK && indices)
-        status = tb_nn_drop_batch(&index, unbatched);
-    if (status == TB_OK)
-        status = tb_ops_finish_dtype(&result, x->dtype, out);
-    if (status == TB_OK && indices) {
-        *indices = index;
-        memset(&index, 0, sizeof index);
+    if (!into) {
+        if (status == TB_OK)
+            status = tb_nn_drop_batch(&result, unbatched);
+        if (status == TB_OK && want_index)
+            status = tb_nn_drop_batch(&index, unbatched);
+        if (status == TB_OK)
+            status = tb_ops_finish_dtype(&result, x->dtype, dest->out);
+        if (status == TB_OK && want_index) {
+            *dest->indices = index;
+            memset(&index, 0, sizeof index);
+        }
     }
     tb_tensor_release(&staged);
     tb_tensor_release(&result);
@@ -207,10 +223,7 @@ static tb_status pool_forward(const char *name, pool_job *job, const tb_tensor *
     return status;
 }
 
-tb_status tb_op_max_pool2d(const tb_tensor *x, const tb_pool2d_params *params, tb_tensor *out, tb_tensor *indices) {
-    memset(out, 0, sizeof *out);
-    if (indices)
-        memset(indices, 0, sizeof *indices);
+static tb_status max_pool2d(const tb_tensor *x, const tb_pool2d_params *params, const pool_dest *dest) {
     TB_TRY(tb_nn_require_float(x->dtype, "max_pool2d: input"));
     tb_tensor x4;
     bool unbatched;
@@ -218,13 +231,12 @@ tb_status tb_op_max_pool2d(const tb_tensor *x, const tb_pool2d_params *params, t
     pool_job job = {.kind = POOL_MAX};
     tb_status status = pool_check("max_pool2d", &x4, params, false, &job.g);
     if (status == TB_OK)
-        status = pool_forward("max_pool2d: input", &job, x, &x4, out, indices);
+        status = pool_forward("max_pool2d: input", &job, x, &x4, dest);
     tb_tensor_release(&x4);
     return status;
 }
 
-tb_status tb_op_avg_pool2d(const tb_tensor *x, const tb_pool2d_params *params, tb_tensor *out) {
-    memset(out, 0, sizeof *out);
+static tb_status avg_pool2d(const tb_tensor *x, const tb_pool2d_params *params, const pool_dest *dest) {
     TB_TRY(tb_nn_require_float(x->dtype, "avg_pool2d: input"));
     tb_tensor x4;
     bool unbatched;
@@ -233,9 +245,33 @@ tb_status tb_op_avg_pool2d(const tb_tensor *x, const tb_pool2d_params *params, t
                     .divisor_override = params->divisor_override};
     tb_status status = pool_check("avg_pool2d", &x4, params, true, &job.g);
     if (status == TB_OK)
-        status = pool_forward("avg_pool2d: input", &job, x, &x4, out, NULL);
+        status = pool_forward("avg_pool2d: input", &job, x, &x4, dest);
     tb_tensor_release(&x4);
     return status;
+}
+
+tb_status tb_op_max_pool2d(const tb_tensor *x, const tb_pool2d_params *params, tb_tensor *out, tb_tensor *indices) {
+    memset(out, 0, sizeof *out);
+    if (indices)
+        memset(indices, 0, sizeof *indices);
+    return max_pool2d(x, params, &(pool_dest){.out = out, .indices = indices});
+}
+
+tb_status tb_op_max_pool2d_into(const tb_tensor *x, const tb_pool2d_params *params, void *y, int64_t *indices) {
+    if (!y)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "max_pool2d: no output memory");
+    return max_pool2d(x, params, &(pool_dest){.y = y, .index = indices});
+}
+
+tb_status tb_op_avg_pool2d(const tb_tensor *x, const tb_pool2d_params *params, tb_tensor *out) {
+    memset(out, 0, sizeof *out);
+    return avg_pool2d(x, params, &(pool_dest){.out = out});
+}
+
+tb_status tb_op_avg_pool2d_into(const tb_tensor *x, const tb_pool2d_params *params, void *y) {
+    if (!y)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "avg_pool2d: no output memory");
+    return avg_pool2d(x, params, &(pool_dest){.y = y});
 }
 
 static tb_status adaptive_check(const char *name, const tb_tensor *x4, int64_t out_h, int64_t out_w,
@@ -264,7 +300,7 @@ static tb_status adaptive_forward(pool_kind kind, const char *name, const char *
     pool_job job = {.kind = kind};
     tb_status status = adaptive_check(name, &x4, out_h, out_w, &job.g);
     if (status == TB_OK)
-        status = pool_forward(what, &job, x, &x4, out, indices);
+        status = pool_forward(what, &job, x, &x4, &(pool_dest){.out = out, .indices = indices});
     tb_tensor_release(&x4);
     return status;
 }

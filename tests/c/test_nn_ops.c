@@ -431,6 +431,62 @@ static void test_bad_arguments(void) {
     tb_tensor_release(&w);
 }
 
+/* max_pool2d_into / avg_pool2d_into write exactly what the allocating ops return into caller memory
+ * (float32 and float64, batched and unbatched, indices optional), stay inside it (guard bytes), and
+ * refuse a dtype they would have to convert and a NULL destination. */
+static void test_pool_into(void) {
+    const int64_t xs[4] = {2, 3, 7, 6};
+    tb_pool2d_params pool = {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {1, 1},
+                             .ceil_mode = true};
+    for (int f64 = 0; f64 < 2; f64++) {
+        for (int unbatched = 0; unbatched < 2; unbatched++) {
+            tb_tensor x = {0};
+            tb_dtype dtype = f64 ? TB_F64 : TB_F32;
+            TB_CHECK(tb_tensor_empty(dtype, unbatched ? 3 : 4, unbatched ? xs + 1 : xs, TB_ALLOC_ZERO, &x) == TB_OK);
+            int64_t n = tb_tensor_numel(&x);
+            for (int64_t i = 0; i < n; i++) {
+                double v = (double)((i * 37) % 23) - 11.0;
+                if (f64)
+                    ((double *)tb_tensor_data(&x))[i] = v;
+                else
+                    ((float *)tb_tensor_data(&x))[i] = (float)v;
+            }
+            for (int average = 0; average < 2; average++) {
+                tb_tensor want = {0}, want_index = {0};
+                TB_CHECK((average ? tb_op_avg_pool2d(&x, &pool, &want)
+                                  : tb_op_max_pool2d(&x, &pool, &want, &want_index)) == TB_OK);
+                int64_t count = tb_tensor_numel(&want), bytes = count * (int64_t)tb_dtype_size(dtype);
+                /* guarded float buffers: the values take bytes / 4 floats, the indices 2 per element */
+                float *y = tb_test_guarded_alloc(bytes / 4), *index = tb_test_guarded_alloc(2 * count);
+                for (int with_index = 0; with_index < 2 - average; with_index++) {
+                    TB_CHECK((average ? tb_op_avg_pool2d_into(&x, &pool, y)
+                                      : tb_op_max_pool2d_into(&x, &pool, y, with_index ? (int64_t *)index : NULL)) ==
+                             TB_OK);
+                    TB_CHECK_MSG(memcmp(y, tb_tensor_data(&want), (size_t)bytes) == 0,
+                                 "pool into: f64 %d unbatched %d average %d: values differ", f64, unbatched, average);
+                    if (with_index)
+                        TB_CHECK(memcmp(index, tb_tensor_data(&want_index), (size_t)count * sizeof(int64_t)) == 0);
+                    TB_CHECK(tb_test_guard_ok(y, bytes / 4));
+                    TB_CHECK(tb_test_guard_ok(index, 2 * count));
+                }
+                tb_test_guarded_free(y);
+                tb_test_guarded_free(index);
+                tb_tensor_release(&want);
+                tb_tensor_release(&want_index);
+            }
+            tb_tensor_release(&x);
+        }
+    }
+    tb_tensor half = {0};
+    float sink[64];
+    TB_CHECK(tb_tensor_empty(TB_F16, 4, (int64_t[]){1, 1, 4, 4}, TB_ALLOC_ZERO, &half) == TB_OK);
+    pool = (tb_pool2d_params){.kernel = {2, 2}, .stride = {2, 2}, .dilation = {1, 1}};
+    TB_CHECK(tb_op_max_pool2d_into(&half, &pool, sink, NULL) == TB_ERR_DTYPE);
+    TB_CHECK(tb_op_avg_pool2d_into(&half, &pool, sink) == TB_ERR_DTYPE);
+    TB_CHECK(tb_op_max_pool2d_into(&half, &pool, NULL, NULL) == TB_ERR_INVALID_ARGUMENT);
+    tb_tensor_release(&half);
+}
+
 int main(void) {
     test_im2col_panels();
     test_plane_convolution();
@@ -439,5 +495,6 @@ int main(void) {
     test_conv_gemm();
     test_conv2d_f64();
     test_bad_arguments();
+    test_pool_into();
     return tb_test_finish("nn_ops");
 }

@@ -801,13 +801,14 @@ def _forward_plans(recorder):
 
 def test_grad_on_conv_outputs_are_written_in_place():
     """With grad on, aot_autograd saves the conv results for the backward: they are graph outputs of the
-    forward plan. A float32 conv writes its result straight into the output buffer, so the conv/bn/relu
-    forward plan has no copy step at all (it had one per conv before), and outputs and gradients still
-    equal eager's."""
+    forward plan. A float32 conv, max_pool2d (values and indices) and avg_pool2d write their results
+    straight into the output buffers, so the conv/bn/relu/pool forward plan has no copy step at all (it
+    had one per conv and two per max pool before), and outputs and gradients still equal eager's."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.AvgPool2d(2, ceil_mode=True)).eval()
     reference = copy.deepcopy(model)
     x = torch.randn(2, 3, 12, 12)
     with Recorder() as recorder:
@@ -816,6 +817,7 @@ def test_grad_on_conv_outputs_are_written_in_place():
     assert len(plans) == 1
     steps = plans[0].describe().splitlines()
     assert sum(line.startswith("conv2d") for line in steps) == 2, steps
+    assert sum(line.startswith(("max_pool2d", "avg_pool2d")) for line in steps) == 2, steps
     assert not [line for line in steps if line.startswith("copy")], steps
     expected = reference(x)
     torch.testing.assert_close(out, expected)
