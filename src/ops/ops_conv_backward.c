@@ -134,6 +134,43 @@ static tb_status grad_bias_of(const tb_conv_shape *s, const float *dy, tb_dtype 
     return status;
 }
 
+/* For stride 1 the input gradient is itself a convolution: dX = conv2d(dY, W') with W'[ci, co] the
+ * (kh, kw)-flipped W[co, ci] per group and padding dilation * (kernel - 1) - padding, so it runs on the
+ * forward kernels (direct or packed) with no col2im scatter. Fills *params when that applies. */
+static bool input_grad_as_conv(const tb_conv_shape *s, const tb_conv2d_params *p, tb_conv2d_params *params) {
+    const int64_t kernel[2] = {s->kernel_h, s->kernel_w}, in[2] = {s->in_h, s->in_w}, out[2] = {s->out_h, s->out_w};
+    memset(params, 0, sizeof *params);
+    params->groups = p->groups;
+    for (int i = 0; i < 2; i++) {
+        int64_t pad = p->dilation[i] * (kernel[i] - 1) - p->padding[i];
+        if (p->stride[i] != 1 || p->extra_padding[i] != 0 || pad < 0 ||
+            out[i] + 2 * pad - p->dilation[i] * (kernel[i] - 1) != in[i])
+            return false;
+        params->stride[i] = 1;
+        params->padding[i] = pad;
+        params->dilation[i] = p->dilation[i];
+    }
+    return true;
+}
+
+/* W' of input_grad_as_conv: [C_in, C_out / groups, KH, KW], w'[g * ipg + ci, co, kh, kw] =
+ * w[g * opg + co, ci, KH - 1 - kh, KW - 1 - kw]. */
+static tb_status flipped_weight(const tb_conv_shape *s, const float *w, tb_tensor *out) {
+    int64_t shape[4] = {s->in_channels, s->out_per_group, s->kernel_h, s->kernel_w};
+    TB_TRY(tb_tensor_empty(TB_F32, 4, shape, TB_ALLOC_DEFAULT, out));
+    float *f = tb_tensor_data(out);
+    int64_t taps = s->kernel_h * s->kernel_w, ipg = s->in_per_group, opg = s->out_per_group;
+    for (int64_t g = 0; g < s->groups; g++)
+        for (int64_t co = 0; co < opg; co++)
+            for (int64_t ci = 0; ci < ipg; ci++) {
+                const float *src = w + ((g * opg + co) * ipg + ci) * taps;
+                float *dst = f + ((g * ipg + ci) * opg + co) * taps;
+                for (int64_t t = 0; t < taps; t++)
+                    dst[taps - 1 - t] = src[t];
+            }
+    return TB_OK;
+}
+
 tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x_in, const tb_tensor *weight,
                                 const tb_conv2d_params *params, const bool output_mask[3], tb_tensor *grad_input,
                                 tb_tensor *grad_weight, tb_tensor *grad_bias) {
@@ -146,7 +183,7 @@ tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x
     if (tb_ops_promote(tb_ops_promote(grad_output->dtype, x_in->dtype), weight->dtype) == TB_F64)
         return tb_conv2d_backward_f64(grad_output, x_in, weight, params, output_mask, grad_input, grad_weight,
                                       grad_bias);
-    enum { X4, DY4, DY, X, W, DX, DW_PARTIAL, DW, COUNT };
+    enum { X4, DY4, DY, X, W, W_FLIPPED, DX, DW_PARTIAL, DW, COUNT };
     tb_tensor t[COUNT];
     memset(t, 0, sizeof t);
     bool unbatched = false;
@@ -158,8 +195,15 @@ tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x
         status = tb_nn_stage(&t[X4], "convolution_backward: input", &t[X]);
     if (status == TB_OK && output_mask[0])
         status = tb_nn_stage(weight, "convolution_backward: weight", &t[W]);
+    tb_conv2d_params transposed;
+    bool as_conv = status == TB_OK && output_mask[0] && s.batch > 0 && s.out_h * s.out_w > 0 &&
+                   input_grad_as_conv(&s, params, &transposed);
     if (status == TB_OK && output_mask[0])
-        status = tb_tensor_empty(TB_F32, 4, t[X4].shape, TB_ALLOC_ZERO, &t[DX]);
+        status = tb_tensor_empty(TB_F32, 4, t[X4].shape, as_conv ? TB_ALLOC_DEFAULT : TB_ALLOC_ZERO, &t[DX]);
+    if (status == TB_OK && as_conv)
+        status = flipped_weight(&s, tb_tensor_data(&t[W]), &t[W_FLIPPED]);
+    if (status == TB_OK && as_conv && tb_tensor_numel(&t[DX]) > 0)
+        status = tb_op_conv2d_fused_into(&t[DY], &t[W_FLIPPED], NULL, &transposed, NULL, tb_tensor_data(&t[DX]));
     int64_t spatial = s.out_h * s.out_w;
     int64_t tasks = s.batch * s.groups;
     int64_t threads = tb_num_threads();
@@ -170,14 +214,15 @@ tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x
         int64_t shape[3] = {slots, s.k, s.out_channels}; /* per group [K, C_out / groups] */
         status = tb_tensor_empty(TB_F32, 3, shape, TB_ALLOC_ZERO, &t[DW_PARTIAL]);
     }
-    if (status == TB_OK && (output_mask[0] || output_mask[1]) && tasks > 0 && spatial > 0 && s.k > 0) {
+    if (status == TB_OK && ((output_mask[0] && !as_conv) || output_mask[1]) && tasks > 0 && spatial > 0 && s.k > 0) {
         int64_t tile = CONV_BACKWARD_TILE_FLOATS / s.k;
         tile = (tile + CONV_BACKWARD_TILE_ALIGN - 1) / CONV_BACKWARD_TILE_ALIGN * CONV_BACKWARD_TILE_ALIGN;
         if (tile > spatial)
             tile = spatial;
         conv_backward_job job = {
             .s = &s, .dy = tb_tensor_data(&t[DY]), .x = tb_nn_data(&t[X]), .w = tb_nn_data(&t[W]),
-            .dx = tb_nn_data(&t[DX]), .dw = tb_nn_data(&t[DW_PARTIAL]), .slots = slots, .tasks = tasks, .tile = tile,
+            .dx = as_conv ? NULL : tb_nn_data(&t[DX]), .dw = tb_nn_data(&t[DW_PARTIAL]), .slots = slots, .tasks = tasks,
+            .tile = tile,
         };
         atomic_init(&job.failure.status, TB_OK);
         if (slots == 1)

@@ -167,7 +167,18 @@ def test_conv2d_bad_inputs():
         ops.conv2d_fused(x, weight, activation="swish")
 
 
-@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[0] > 0] + [(2, 3, 9, 9, 4, (3, 3), 1, "same", 1, 1, True)])
+# Stride 1 computes grad_input as a convolution of grad_output with the flipped weights (dilation and
+# groups included) unless padding > dilation * (kernel - 1); these add cases on both sides of that.
+BACKWARD_CASES = [
+    (2, 3, 9, 9, 4, (3, 3), 1, "same", 1, 1, True),
+    (2, 4, 10, 9, 6, (3, 3), 1, 2, 2, 2, True),      # dilated and grouped
+    (1, 3, 7, 7, 5, (3, 3), 1, 3, 1, 1, False),      # padding > kernel - 1: the col2im path
+    (2, 5, 14, 16, 7, (2, 3), 1, (1, 0), 1, 1, True),  # even kernel, uneven padding
+    (1, 16, 20, 24, 24, (3, 3), 1, 1, 1, 1, False),  # rows wide enough for the direct kernel
+]
+
+
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[0] > 0] + BACKWARD_CASES)
 def test_convolution_backward(case):
     n, cin, h, w, cout, kernel, stride, padding, dilation, groups, has_bias = case
     if padding == "same":
