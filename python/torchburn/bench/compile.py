@@ -8,7 +8,11 @@ Dynamo, with inductor's on-disk caches disabled and torchburn's plan cache clear
 for a warm process: both compilers first compile a small unrelated model, and each model is captured
 once by Dynamo before either compiler is timed on it.
 
-A second table gives torchburn's per-call overhead for a cached plan: the wall time of a call minus the
+Two grad-on tables follow: forward calls with grad enabled (the seed's calling style), and training
+steps (gradients set to None, forward, ``output.sum().backward()``), which also time the compilers'
+backward graphs.
+
+A further table gives torchburn's per-call overhead for a cached plan: the wall time of a call minus the
 time spent inside the plan's steps (the plan object accumulates it), i.e. importing the inputs and
 allocating and exporting the outputs, against the target 5 us + 0.3 us per input/output; and the same
 for the torch.compile'd call beyond the plan's own overhead (Dynamo's guards and wrappers). A third
@@ -283,8 +287,27 @@ def fixed_cost(torch: Any, seconds: float) -> list:
     return rows
 
 
-def grad_on_medians(torch: Any, model: Any, inputs: tuple, expected: Any, inductor: bool, seconds: float) -> dict:
-    """Steady-state medians of forward calls with grad enabled (eager, inductor, torchburn)."""
+def grad_on_medians(torch: Any, model: Any, inputs: tuple, expected: Any, inductor: bool, seconds: float) -> tuple:
+    """Steady-state medians with grad enabled (eager, inductor, torchburn): of forward calls, and of
+    training steps (gradients set to None, forward, ``sum().backward()``: the compiled backward too)."""
+    fns = grad_on_fns(torch, model, inputs, expected, inductor)
+    forward = interleaved_medians(fns, inputs, seconds)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def training_step(fn: Callable) -> Callable:
+        def step(*args: Any) -> None:
+            for p in params:
+                p.grad = None
+            fn(*args).float().sum().backward()
+        return step
+
+    steps = {name: training_step(fn) for name, fn in fns.items()}
+    for step in steps.values():  # the first backward compiles the backward graph
+        step(*inputs)
+    return forward, interleaved_medians(steps, inputs, seconds)
+
+
+def grad_on_fns(torch: Any, model: Any, inputs: tuple, expected: Any, inductor: bool) -> dict:
     fns = {"eager": model}
     for backend in (["inductor"] if inductor else []) + ["torchburn"]:
         torch._dynamo.reset()
@@ -294,7 +317,7 @@ def grad_on_medians(torch: Any, model: Any, inputs: tuple, expected: Any, induct
     if inductor:  # the reset before torchburn dropped inductor's graph: recompile it next to torchburn's
         fns["inductor"] = torch.compile(model, backend="inductor")
         fns["inductor"](*inputs)
-    return interleaved_medians(fns, inputs, seconds)
+    return fns
 
 
 def speed_row(name: str, times: dict) -> list:
@@ -336,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*force disabled by torch.compiler.config.force_disable_caches")
     models = build_models(torch)
     warm_up(torch, not args.no_inductor)
-    rows, overhead_rows, grad_rows, records = [], [], [], []
+    rows, overhead_rows, grad_rows, train_rows, records = [], [], [], [], []
     for name in args.models.split(","):
         make_model, make_inputs = models[name]
         torch.manual_seed(0)
@@ -377,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
                 fns["torchburn"] = burn
             times = interleaved_medians(fns, inputs, args.seconds)
             overhead = plan_overhead(torch, model, inputs, min(args.seconds, 0.5))
-        grad_times = grad_on_medians(torch, model, inputs, expected, not args.no_inductor, args.seconds)
+        grad_times, train_times = grad_on_medians(torch, model, inputs, expected, not args.no_inductor, args.seconds)
         grad_rows.append(speed_row(name, grad_times))
+        train_rows.append(speed_row(name, train_times))
         t_eager, t_burn = times["eager"][1], times["torchburn"][1]
         t_inductor = times["inductor"][1] if "inductor" in times else float("nan")
         overall = " / ".join(format_time(times[k][0]) for k in ("eager", "inductor", "torchburn") if k in times)
@@ -393,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
                   "overall_medians_s": {k: v[0] for k, v in times.items()},
                   "compile_inductor_s": inductor_compile, "compile_torchburn_s": burn_compile,
                   "backend_inductor_s": inductor_backend, "backend_torchburn_s": burn_backend,
-                  "grad_on_s": {k: v[1] for k, v in grad_times.items()}}
+                  "grad_on_s": {k: v[1] for k, v in grad_times.items()},
+                  "training_step_s": {k: v[1] for k, v in train_times.items()}}
         if overhead:
             record["overhead"] = overhead
             overhead_rows.append([name, str(overhead["inputs_outputs"]), format_time(overhead["bare_run_s"]),
@@ -423,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\ngrad on (the seed's calling style: parameters require grad, no torch.no_grad(), so the compilers")
     print("build a training graph and save activations for a backward); forward calls only, same medians:\n")
     print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor"], grad_rows)
+    print("\ntraining steps (grad on: gradients set to None, forward, output.sum().backward(); the backward")
+    print("runs the compilers' backward graphs), same medians:\n")
+    print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor"], train_rows)
     if overhead_rows:
         print("\nper-call overhead of a cached plan: wall time of a call minus the time inside its steps (the plan")
         print("counts it), i.e. importing inputs, allocating and exporting outputs; Dynamo guards = the same for")
