@@ -14,7 +14,7 @@ typedef struct conv_backward_job {
     const float *x;  /* [N, C_in, H, W] (grad_weight) */
     const float *w;  /* [C_out, K] (grad_input) */
     float *dx;       /* [N, C_in, H, W] zeroed, or NULL */
-    float *dw;       /* [slots, groups, K, C_out / groups] zeroed partial sums (transposed), or NULL */
+    float *dw;       /* [slots, C_out, K] zeroed partial sums, or NULL */
     int64_t slots, tasks, tile;
     tb_nn_failure failure;
 } conv_backward_job;
@@ -26,14 +26,13 @@ static tb_status backward_tile(conv_backward_job *job, int64_t n, int64_t g, int
     const float *dy = job->dy + (n * s->out_channels + g * s->out_per_group) * spatial + c0;
     int64_t in_offset = (n * s->in_channels + g * s->in_per_group) * s->in_h * s->in_w;
     if (job->dw) {
-        /* dW_g^T[q, co] += sum_j col[q, j] * dY[co, j]: the im2col rows (k of them, many) are the
-         * product's M, packed as A from contiguous rows; dY (few rows) is the transposed B. */
+        /* dW_g[co, q] += sum_j dY[co, j] * col[q, j] */
         tb_im2col_f32(&s->geometry, job->x + in_offset, c0, c1, col, width);
         tb_gemm_desc d = {
-            .m = s->k, .n = s->out_per_group, .k = width,
-            .a = col, .a_row_stride = width, .a_col_stride = 1,
-            .b = dy, .b_row_stride = 1, .b_col_stride = spatial,
-            .c = dw + g * s->k * s->out_per_group, .c_row_stride = s->out_per_group,
+            .m = s->out_per_group, .n = s->k, .k = width,
+            .a = dy, .a_row_stride = spatial, .a_col_stride = 1,
+            .b = col, .b_row_stride = 1, .b_col_stride = width,
+            .c = dw + g * s->out_per_group * s->k, .c_row_stride = s->k,
             .alpha = 1.0f, .beta = 1.0f, .batch = 1,
         };
         TB_TRY(tb_gemm_f32(&d));
@@ -81,21 +80,6 @@ static void backward_slots(void *context, int64_t begin, int64_t end, int thread
             }
         }
     }
-}
-
-/* dw[g * opg + co, q] = sum over slots, in slot order, of partial[slot, g, q, co] (opg = C_out / groups). */
-static void sum_transposed_partials(const tb_conv_shape *s, const float *partial, int64_t slots, float *dw) {
-    int64_t opg = s->out_per_group, per_slot = s->out_channels * s->k;
-    for (int64_t g = 0; g < s->groups; g++)
-        for (int64_t co = 0; co < opg; co++) {
-            float *row = dw + (g * opg + co) * s->k;
-            const float *column = partial + g * s->k * opg + co;
-            for (int64_t q = 0; q < s->k; q++)
-                row[q] = column[q * opg];
-            for (int64_t slot = 1; slot < slots; slot++)
-                for (int64_t q = 0; q < s->k; q++)
-                    row[q] += column[slot * per_slot + q * opg];
-        }
 }
 
 typedef struct bias_job {
@@ -211,7 +195,7 @@ tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x
     if (slots < 1)
         slots = 1;
     if (status == TB_OK && output_mask[1]) {
-        int64_t shape[3] = {slots, s.k, s.out_channels}; /* per group [K, C_out / groups] */
+        int64_t shape[3] = {slots, s.out_channels, s.k};
         status = tb_tensor_empty(TB_F32, 3, shape, TB_ALLOC_ZERO, &t[DW_PARTIAL]);
     }
     if (status == TB_OK && ((output_mask[0] && !as_conv) || output_mask[1]) && tasks > 0 && spatial > 0 && s.k > 0) {
@@ -236,7 +220,9 @@ tb_status tb_op_conv2d_backward(const tb_tensor *grad_output, const tb_tensor *x
     if (status == TB_OK && output_mask[1]) {
         status = tb_tensor_empty(TB_F32, 4, weight->shape, TB_ALLOC_DEFAULT, &t[DW]);
         if (status == TB_OK) {
-            sum_transposed_partials(&s, tb_tensor_data(&t[DW_PARTIAL]), slots, tb_tensor_data(&t[DW]));
+            float *dw = tb_tensor_data(&t[DW]);
+            const float *partial = tb_tensor_data(&t[DW_PARTIAL]);
+            TB_NN_SUM_SLOT_PARTIALS(float, dw, partial, s.out_channels * s.k, slots);
             status = tb_ops_finish_dtype(&t[DW], weight->dtype, grad_weight);
         }
     }
