@@ -34,6 +34,21 @@ TB_API tb_status tb_set_num_threads(int n);
 /* Physical cores available to this process (>= 1). */
 TB_API int tb_physical_cores(void);
 
+/* Where parallel_for runs its chunks: torchburn's own pool (the default), or the team of the OpenMP
+ * runtime another library in the process already loaded (PyTorch's libgomp): one set of threads for
+ * both, so neither library's idle spinning slows the other's kernels. In the host mode the thread
+ * count is tb_set_num_threads / TORCHBURN_NUM_THREADS when set, else the host's omp_get_max_threads()
+ * (what torch.set_num_threads sets). A forked child returns to the pool. */
+typedef enum tb_parallel_runtime { TB_PARALLEL_POOL = 0, TB_PARALLEL_HOST_OPENMP = 1 } tb_parallel_runtime;
+
+/* TB_ERR_UNSUPPORTED for TB_PARALLEL_HOST_OPENMP when no OpenMP runtime is loaded in the process
+ * (this never loads one). */
+TB_API TB_NODISCARD tb_status tb_set_parallel_runtime(tb_parallel_runtime runtime);
+TB_API tb_parallel_runtime tb_get_parallel_runtime(void);
+
+/* The path of the loaded OpenMP runtime the host mode would use, or NULL when there is none. */
+TB_API const char *tb_host_openmp_library(void);
+
 /* Nonzero while the calling thread is inside a tb_parallel_for body. */
 TB_API int tb_in_parallel_region(void);
 

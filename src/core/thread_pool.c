@@ -9,10 +9,22 @@
  * fields only after a successful claim (acquire). Workers spin on `generation` for a short while
  * after each job (back-to-back loops fan out in about a microsecond) and then sleep on a condition
  * variable. A caller that finds the pool busy runs its loop inline. After fork() the child abandons
- * the parent's pool (its threads do not exist there) and builds a new one. */
+ * the parent's pool (its threads do not exist there) and builds a new one.
+ *
+ * Host OpenMP team: inside a process whose other library (PyTorch) already runs an OpenMP team, two
+ * sets of busy threads on the same cores slow each other down: the OpenMP runtime's threads spin for
+ * a while after each of its parallel regions, exactly when our pool starts the next kernel. With
+ * tb_set_parallel_runtime(TB_PARALLEL_HOST_OPENMP) a parallel_for runs on the host's team instead
+ * (GOMP_parallel, looked up in the OpenMP library already loaded in the process, never loaded by us),
+ * so one set of threads serves both libraries. Chunks are claimed from a counter as in the pool; the
+ * thread count is torchburn's explicit setting if there is one, else the host runtime's
+ * (omp_get_max_threads, which torch.set_num_threads sets). A forked child goes back to the pool
+ * (OpenMP runtimes do not survive fork). */
 #include "torchburn/thread_pool.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -64,6 +76,18 @@ static atomic_int requested_threads; /* 0: from the environment */
 static _Thread_local int in_parallel_region;
 static _Thread_local int current_thread_index;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* The host OpenMP runtime's entry points (libgomp's ABI, which LLVM's and Intel's runtimes export
+ * too), found once in the libraries already loaded. */
+typedef struct host_openmp {
+    void (*parallel)(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
+    int (*thread_num)(void);
+    int (*max_threads)(void);
+    char library[512];
+} host_openmp;
+static host_openmp host_omp;
+static pthread_mutex_t host_omp_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int parallel_runtime = TB_PARALLEL_POOL;
 
 /* Claims and runs chunks of the job tagged `tag` until none are left. */
 static void run_chunks(pool *p, uint32_t tag, int thread_index) {
@@ -184,18 +208,82 @@ int tb_physical_cores(void) {
     return cores;
 }
 
-static int configured_threads(void) {
+/* An explicit thread count (tb_set_num_threads, then the environment), or 0. */
+static int explicit_threads(void) {
     int n = atomic_load(&requested_threads);
     if (n > 0)
         return n;
     n = parse_thread_env("TORCHBURN_NUM_THREADS");
     if (n > 0)
         return n;
-    n = parse_thread_env("RAYON_NUM_THREADS");
+    return parse_thread_env("RAYON_NUM_THREADS");
+}
+
+static int configured_threads(void) {
+    int n = explicit_threads();
     if (n > 0)
         return n;
+    if (atomic_load_explicit(&parallel_runtime, memory_order_acquire) == TB_PARALLEL_HOST_OPENMP) {
+        n = host_omp.max_threads();
+        return n < 1 ? 1 : n > TB_MAX_THREADS ? TB_MAX_THREADS : n;
+    }
     return tb_physical_cores();
 }
+
+static int find_openmp_library(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    (void)data;
+    const char *name = info->dlpi_name;
+    if (!name || !name[0])
+        return 0;
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    if (strncmp(base, "libgomp", 7) != 0 && strncmp(base, "libiomp", 7) != 0 && strncmp(base, "libomp", 6) != 0)
+        return 0;
+    /* RTLD_NOLOAD: a handle to the loaded copy only; nothing is loaded (or unloaded: the reference
+     * taken here is kept, as the entry points are used for the life of the process) */
+    void *handle = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+    if (!handle)
+        return 0;
+    void *parallel = dlsym(handle, "GOMP_parallel");
+    void *thread_num = dlsym(handle, "omp_get_thread_num");
+    void *max_threads = dlsym(handle, "omp_get_max_threads");
+    if (!parallel || !thread_num || !max_threads) {
+        dlclose(handle);
+        return 0;
+    }
+    *(void **)&host_omp.parallel = parallel;
+    *(void **)&host_omp.thread_num = thread_num;
+    *(void **)&host_omp.max_threads = max_threads;
+    snprintf(host_omp.library, sizeof host_omp.library, "%s", name);
+    return 1;
+}
+
+static void register_atfork(void);
+
+const char *tb_host_openmp_library(void) {
+    /* looked up again until found: a runtime may be loaded after the first question */
+    pthread_mutex_lock(&host_omp_lock);
+    if (!host_omp.parallel)
+        dl_iterate_phdr(find_openmp_library, NULL);
+    const char *library = host_omp.parallel ? host_omp.library : NULL;
+    pthread_mutex_unlock(&host_omp_lock);
+    return library;
+}
+
+tb_status tb_set_parallel_runtime(tb_parallel_runtime runtime) {
+    if (runtime != TB_PARALLEL_POOL && runtime != TB_PARALLEL_HOST_OPENMP)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "set_parallel_runtime: unknown runtime %d", (int)runtime);
+    if (runtime == TB_PARALLEL_HOST_OPENMP && !tb_host_openmp_library())
+        return tb_error_set(TB_ERR_UNSUPPORTED,
+                            "set_parallel_runtime: no OpenMP runtime (libgomp, libiomp, libomp with GOMP_parallel) "
+                            "is loaded in this process");
+    pthread_once(&atfork_once, register_atfork); /* a forked child must return to the pool */
+    atomic_store(&parallel_runtime, (int)runtime);
+    return TB_OK;
+}
+
+tb_parallel_runtime tb_get_parallel_runtime(void) { return (tb_parallel_runtime)atomic_load(&parallel_runtime); }
 
 static void after_fork_in_child(void) {
     /* The parent's workers do not exist here; abandon that pool (leaking it is the only safe
@@ -203,6 +291,7 @@ static void after_fork_in_child(void) {
     the_pool = NULL;
     pthread_mutex_init(&pool_create_lock, NULL);
     in_parallel_region = 0;
+    atomic_store(&parallel_runtime, TB_PARALLEL_POOL);
 }
 
 static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
@@ -245,6 +334,9 @@ static pool *pool_create(int threads) {
             free(start);
             break;
         }
+        char name[16]; /* shown by top -H, perf and /proc/PID/task/TID/comm */
+        snprintf(name, sizeof name, "torchburn-%d", i);
+        pthread_setname_np(p->workers[i - 1], name);
         p->thread_count++;
     }
     return p;
@@ -289,6 +381,59 @@ static void run_inline(int64_t count, tb_parallel_fn fn, void *context) {
     in_parallel_region = previous;
 }
 
+/* A parallel_for on the host OpenMP team: every team thread claims chunks from `next`. */
+typedef struct host_job {
+    tb_parallel_fn fn;
+    void *context;
+    int64_t count, chunk_size, chunk_count;
+    atomic_int_fast64_t next;
+    /* Release/acquire pairs around the region. The OpenMP runtime already orders the job's writes
+     * before its threads and their work before GOMP_parallel returns, but inside a runtime built
+     * without ThreadSanitizer that ordering is invisible to it; these make it visible, at one atomic
+     * per thread per loop. */
+    atomic_int published, finished;
+} host_job;
+
+static void host_team_body(void *data) {
+    host_job *job = data;
+    (void)atomic_load_explicit(&job->published, memory_order_acquire);
+    int previous_region = in_parallel_region, previous_index = current_thread_index;
+    const int thread_index = host_omp.thread_num();
+    in_parallel_region = 1;
+    current_thread_index = thread_index;
+    for (;;) {
+        int64_t chunk = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (chunk >= job->chunk_count)
+            break;
+        int64_t begin = chunk * job->chunk_size;
+        int64_t end = begin + job->chunk_size < job->count ? begin + job->chunk_size : job->count;
+        job->fn(job->context, begin, end, thread_index);
+    }
+    in_parallel_region = previous_region;
+    current_thread_index = previous_index;
+    atomic_fetch_add_explicit(&job->finished, 1, memory_order_release);
+}
+
+static void run_on_host_team(int64_t count, int64_t grain, tb_parallel_fn fn, void *context) {
+    const int threads = configured_threads();
+    if (threads < 2) {
+        run_inline(count, fn, context);
+        return;
+    }
+    host_job job = {.fn = fn, .context = context, .count = count};
+    int64_t target_chunks = (int64_t)threads * 4;
+    job.chunk_size = (count + target_chunks - 1) / target_chunks;
+    if (job.chunk_size < grain)
+        job.chunk_size = grain;
+    job.chunk_count = (count + job.chunk_size - 1) / job.chunk_size;
+    atomic_init(&job.next, 0);
+    atomic_init(&job.finished, 0);
+    atomic_store_explicit(&job.published, 1, memory_order_release);
+    int64_t team = job.chunk_count < threads ? job.chunk_count : threads;
+    host_omp.parallel(host_team_body, &job, (unsigned)team, 0); /* the caller is the team's thread 0 */
+    (void)atomic_load_explicit(&job.finished, memory_order_acquire);
+}
+
 void tb_parallel_for(int64_t count, int64_t grain, tb_parallel_fn fn, void *context) {
     if (count <= 0)
         return;
@@ -296,6 +441,10 @@ void tb_parallel_for(int64_t count, int64_t grain, tb_parallel_fn fn, void *cont
         grain = 1;
     if (count <= grain || in_parallel_region) {
         run_inline(count, fn, context);
+        return;
+    }
+    if (atomic_load_explicit(&parallel_runtime, memory_order_acquire) == TB_PARALLEL_HOST_OPENMP) {
+        run_on_host_team(count, grain, fn, context);
         return;
     }
     pool *p = get_pool();

@@ -8,6 +8,8 @@
 #include "torchburn/thread_pool.h"
 #include "kernels/gemm_internal.h"
 
+#include <string.h>
+
 static int add_bool(PyObject *dict, const char *key, int value) {
     PyObject *item = PyBool_FromLong(value);
     int result = PyDict_SetItemString(dict, key, item);
@@ -66,9 +68,10 @@ static PyObject *py_cpu_info(PyObject *module, PyObject *unused) {
         return NULL;
     }
     PyObject *result = Py_BuildValue(
-        "{s:s,s:s,s:N,s:s,s:s,s:N,s:i,s:i,s:I,s:I,s:I,s:s,s:N,s:N}", "vendor", f->vendor, "brand", f->brand,
+        "{s:s,s:s,s:N,s:s,s:s,s:N,s:i,s:i,s:s,s:I,s:I,s:I,s:s,s:N,s:N}", "vendor", f->vendor, "brand", f->brand,
         "features", features, "isa", tb_isa_name(isa), "best_isa", tb_isa_name(tb_isa_best()), "supported_isas",
-        supported, "physical_cores", tb_physical_cores(), "num_threads", tb_num_threads(), "family", f->family,
+        supported, "physical_cores", tb_physical_cores(), "num_threads", tb_num_threads(),
+        "parallel_runtime", tb_get_parallel_runtime() == TB_PARALLEL_HOST_OPENMP ? "openmp" : "pool", "family", f->family,
         "model", f->model, "stepping", f->stepping, "microarchitecture", tb_cpu_uarch_name(), "caches", caches,
         "kernels", kernels);
     return result;
@@ -169,6 +172,40 @@ static PyObject *py_set_num_threads(PyObject *module, PyObject *arg) {
 
 static PyObject *py_get_num_threads(PyObject *module, PyObject *unused) { return PyLong_FromLong(tb_num_threads()); }
 
+static const char *const parallel_runtime_names[] = {"pool", "openmp"};
+
+static PyObject *py_set_parallel_runtime(PyObject *module, PyObject *arg) {
+    const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (!name) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "set_parallel_runtime: expected 'pool' or 'openmp'");
+        return NULL;
+    }
+    int runtime = -1;
+    for (int i = 0; i < 2; i++)
+        if (strcmp(name, parallel_runtime_names[i]) == 0)
+            runtime = i;
+    if (runtime < 0) {
+        PyErr_Format(PyExc_ValueError, "set_parallel_runtime: expected 'pool' or 'openmp', got %R", arg);
+        return NULL;
+    }
+    tb_status status = tb_set_parallel_runtime((tb_parallel_runtime)runtime);
+    if (status != TB_OK)
+        return tb_py_raise(status);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_parallel_runtime(PyObject *module, PyObject *unused) {
+    return PyUnicode_FromString(parallel_runtime_names[tb_get_parallel_runtime() == TB_PARALLEL_HOST_OPENMP]);
+}
+
+static PyObject *py_host_openmp_library(PyObject *module, PyObject *unused) {
+    const char *path = tb_host_openmp_library();
+    if (!path)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(path);
+}
+
 static PyObject *py_probe_peak_gflops(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "probe_peak_gflops(isa, seconds)");
@@ -235,6 +272,11 @@ static PyMethodDef module_functions[] = {
     {"memory_trim", py_memory_trim, METH_NOARGS, "Returns cached allocator blocks to the system."},
     {"set_num_threads", py_set_num_threads, METH_O, "Sets the number of threads kernels use."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "The number of threads kernels use."},
+    {"set_parallel_runtime", py_set_parallel_runtime, METH_O,
+     "Runs parallel loops on torchburn's pool ('pool') or the loaded OpenMP runtime's team ('openmp')."},
+    {"get_parallel_runtime", py_get_parallel_runtime, METH_NOARGS, "'pool' or 'openmp'."},
+    {"host_openmp_library", py_host_openmp_library, METH_NOARGS,
+     "The path of the OpenMP runtime loaded in this process, or None."},
     {NULL},
 };
 

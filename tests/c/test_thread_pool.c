@@ -1,5 +1,6 @@
 /* C tests of the thread pool: coverage of every index exactly once, nesting, concurrent callers,
  * fork safety, and fan-out latency (printed, not asserted). */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -70,7 +71,70 @@ static void rendezvous(void *context, int64_t begin, int64_t end, int thread_ind
     }
 }
 
+/* The host OpenMP team mode: refused while no OpenMP runtime is loaded; with libgomp loaded the
+ * loops run inside its parallel regions (omp_in_parallel is true in the body), cover every index
+ * once with indices below tb_num_threads(), nest inline, and a forked child returns to the pool. */
+static int (*omp_in_parallel_fn)(void);
+static atomic_int bodies_in_omp_region;
+
+static void mark_in_omp(void *context, int64_t begin, int64_t end, int thread_index) {
+    mark(context, begin, end, thread_index);
+    if (omp_in_parallel_fn && omp_in_parallel_fn())
+        atomic_fetch_add(&bodies_in_omp_region, 1);
+}
+
+static void check_host_openmp(void) {
+    TB_CHECK(tb_get_parallel_runtime() == TB_PARALLEL_POOL);
+    TB_CHECK(tb_host_openmp_library() == NULL);
+    TB_CHECK(tb_set_parallel_runtime(TB_PARALLEL_HOST_OPENMP) == TB_ERR_UNSUPPORTED);
+    TB_CHECK(tb_set_parallel_runtime((tb_parallel_runtime)7) == TB_ERR_INVALID_ARGUMENT);
+    TB_CHECK(tb_get_parallel_runtime() == TB_PARALLEL_POOL);
+    void *gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!gomp) {
+        printf("SKIP host OpenMP team: libgomp.so.1 not found (%s)\n", dlerror());
+        return;
+    }
+    *(void **)&omp_in_parallel_fn = dlsym(gomp, "omp_in_parallel");
+    TB_CHECK(omp_in_parallel_fn != NULL);
+    TB_CHECK(tb_host_openmp_library() != NULL); /* found although the first lookup failed */
+    TB_CHECK(tb_set_parallel_runtime(TB_PARALLEL_HOST_OPENMP) == TB_OK);
+    TB_CHECK(tb_get_parallel_runtime() == TB_PARALLEL_HOST_OPENMP);
+    TB_CHECK(tb_set_num_threads(3) == TB_OK && tb_num_threads() == 3);
+    int64_t sizes[] = {1, 2, 3, 7, 64, 1000, 100003};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int64_t grain = 1; grain <= 1000; grain *= 10)
+            TB_CHECK_MSG(coverage_ok(sizes[i], grain), "host team: n=%lld grain=%lld", (long long)sizes[i],
+                         (long long)grain);
+    atomic_int hits[600] = {0};
+    counts c = {.hits = hits};
+    tb_parallel_for(600, 1, mark_in_omp, &c);
+    TB_CHECK_MSG(atomic_load(&bodies_in_omp_region) > 0, "no chunk ran inside an OpenMP parallel region");
+    for (int i = 0; i < 600; i++)
+        TB_CHECK(atomic_load(&hits[i]) == 1);
+    atomic_int total = 0;
+    tb_parallel_for(16, 1, nested_body, &total);
+    TB_CHECK(atomic_load(&total) == 160);
+    pthread_t threads[3];
+    int ok[3] = {1, 1, 1};
+    for (int i = 0; i < 3; i++)
+        pthread_create(&threads[i], NULL, concurrent_caller, &ok[i]);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(threads[i], NULL);
+        TB_CHECK(ok[i]);
+    }
+    pid_t child = fork();
+    if (child == 0)
+        _exit(tb_get_parallel_runtime() == TB_PARALLEL_POOL && coverage_ok(100003, 16) ? 0 : 1);
+    int status = 0;
+    waitpid(child, &status, 0);
+    TB_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    TB_CHECK(tb_get_parallel_runtime() == TB_PARALLEL_HOST_OPENMP);
+    TB_CHECK(tb_set_parallel_runtime(TB_PARALLEL_POOL) == TB_OK);
+    TB_CHECK(coverage_ok(5000, 3));
+}
+
 int main(void) {
+    check_host_openmp();
     TB_CHECK(tb_set_num_threads(0) == TB_ERR_INVALID_ARGUMENT);
     TB_CHECK(tb_set_num_threads(4) == TB_OK && tb_num_threads() == 4);
     int64_t sizes[] = {0, 1, 2, 3, 7, 64, 1000, 100003};

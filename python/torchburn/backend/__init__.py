@@ -23,10 +23,15 @@ Example::
     >>> torch.testing.assert_close(compiled(x), model(x))
 
 Environment: ``TORCHBURN_DEBUG=1`` (log decisions to stderr), ``TORCHBURN_QUIET=1`` (no fallback
-warnings), ``TORCHBURN_CACHE_SIZE`` / ``TORCHBURN_PREPARED_CACHE_SIZE`` (plan cache entries, 1024).
+warnings), ``TORCHBURN_CACHE_SIZE`` / ``TORCHBURN_PREPARED_CACHE_SIZE`` (plan cache entries, 1024),
+``TORCHBURN_PARALLEL_RUNTIME`` (``auto``: the plans' parallel loops run on PyTorch's OpenMP team when
+PyTorch uses OpenMP, so the two libraries never have two sets of threads busy on the same cores;
+``pool``: torchburn's own threads; ``openmp``: the OpenMP team, warn when there is none).
 """
 from __future__ import annotations
 
+import os
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -124,6 +129,46 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return backend(gm, example_inputs)
 
 
+_parallel_runtime_lock = threading.Lock()
+_parallel_runtime_chosen = False
+
+
+def _share_pytorch_threads() -> None:
+    """Once per process: run torchburn's parallel loops on PyTorch's OpenMP team (see
+    docs/compile_backend.md, "Threads"). PyTorch's OpenMP threads spin for a while after each of its
+    parallel ops; in a training step (the loss, the autograd engine's ops between the compiled
+    graphs) they were spinning on the cores our pool's threads needed for the next plan. On one team,
+    a thread that finishes a PyTorch op picks up torchburn's next loop, and torchburn's thread count
+    follows ``torch.set_num_threads`` unless ``torchburn.set_num_threads`` or
+    ``TORCHBURN_NUM_THREADS`` sets one."""
+    global _parallel_runtime_chosen
+    if _parallel_runtime_chosen:
+        return
+    with _parallel_runtime_lock:
+        if _parallel_runtime_chosen:
+            return
+        _parallel_runtime_chosen = True
+        setting = os.environ.get("TORCHBURN_PARALLEL_RUNTIME", "").strip().lower() or "auto"
+        if setting not in ("auto", "pool", "openmp"):
+            warnings.warn(f"torchburn: TORCHBURN_PARALLEL_RUNTIME={setting!r} is not one of auto, pool, "
+                          "openmp; using auto", UserWarning, stacklevel=3)
+            setting = "auto"
+        if setting == "pool":
+            return
+        if setting == "auto" and "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+            debug("PyTorch's parallel backend is not OpenMP: torchburn keeps its own thread pool")
+            return
+        try:
+            _C.set_parallel_runtime("openmp")
+            debug("parallel loops run on the OpenMP team of %s", _C.host_openmp_library())
+        except RuntimeError as error:
+            if setting == "openmp":
+                warnings.warn(f"torchburn: TORCHBURN_PARALLEL_RUNTIME=openmp: {error}; using torchburn's own "
+                              "threads", UserWarning, stacklevel=3)
+            else:
+                debug("keeping torchburn's thread pool: %s", error)
+
+
 def torchburn_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The Dynamo backend function (``torch.compile(model, backend="torchburn")``).
 
@@ -133,6 +178,7 @@ def torchburn_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: 
     """
     if kwargs:
         debug("ignoring backend options %s", sorted(kwargs))
+    _share_pytorch_threads()
     try:
         if _needs_autograd(example_inputs) or _is_dynamic(gm, example_inputs):
             debug("graph with %d inputs: aot_autograd path (%s)", len(example_inputs),
