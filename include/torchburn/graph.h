@@ -91,6 +91,8 @@ enum { TB_GRAPH_MAX_INPUTS = 64, TB_GRAPH_MAX_OUTPUTS = 5 };
 #define TB_PARAMS_rearrange(I, IA, F) I(dim_mask) IA(shifts, 8)
 /* tril (upper 0) / triu (upper 1) */
 #define TB_PARAMS_triangle(I, IA, F) I(diagonal) I(upper)
+/* p: the probability of zeroing an element */
+#define TB_PARAMS_dropout(I, IA, F) F(p)
 /* index_mask bit d: dim d is indexed by the next index input (in dim order) */
 #define TB_PARAMS_advanced_index(I, IA, F) I(index_mask) I(accumulate)
 /* op: a tb_pw_unary (binary 0) or tb_pw_binary (binary 1); scalar_side 1: b is `scalar`, 2: a is;
@@ -104,7 +106,7 @@ enum { TB_GRAPH_MAX_INPUTS = 64, TB_GRAPH_MAX_OUTPUTS = 5 };
     P(reduce) P(var) P(softmax) P(norm) P(group_norm) P(batch_norm) P(batch_norm_train) P(matmul) P(conv2d) \
     P(pool) P(adaptive_pool) P(attention) P(cat) P(fused) P(conv2d_backward) P(batch_norm_backward) \
     P(layer_norm_backward) P(group_norm_backward) P(embedding_backward) P(loss) P(max_dim) P(sort) \
-    P(scan) P(eager_reduce) P(index) P(rearrange) P(triangle) P(advanced_index) P(pointwise)
+    P(scan) P(eager_reduce) P(index) P(rearrange) P(triangle) P(advanced_index) P(pointwise) P(dropout)
 
 #define TB_PARAM_FIELD_I(name) int64_t name;
 #define TB_PARAM_FIELD_IA(name, n) int64_t name[n];
@@ -172,6 +174,9 @@ typedef union tb_graph_params {
      * each row's scores [B, H, T] (or [B, T]; computed only when used, for the backward) */               \
     X(ATTENTION, "attention", 3, 4, 2, attention, tb_infer_attention, tb_lower_attention)                    \
     X(CAT, "cat", 1, TB_GRAPH_MAX_INPUTS, 1, cat, tb_infer_cat, tb_lower_cat)                                \
+    /* x (for its shape), int64 seed (one element) -> bool keep mask shaped like x, each element kept     \
+     * with probability 1 - p; element i depends only on (seed, i) (src/graph/exec_random.c) */           \
+    X(DROPOUT_MASK, "dropout_mask", 2, 2, 1, dropout, tb_infer_dropout_mask, tb_lower_dropout_mask)         \
     /* made by the fusion pass: an elementwise program over broadcast inputs */                             \
     X(FUSED_ELEMENTWISE, "fused_elementwise", 1, TB_GRAPH_MAX_INPUTS, 1, fused, tb_infer_fused, tb_lower_elementwise) \
     /* training ops (aten backward ops and losses), one to one with ops_nn.h */                             \

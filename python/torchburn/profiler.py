@@ -41,6 +41,7 @@ def supported_ops(overloads: bool = False) -> list:
 
     names = set()
     for target in {**lowering.RULES, **lowering.INTEGER_RULES}:
+        target = getattr(target, "torchburn_aten", target)  # the backend's own FX targets stand for an aten op
         if overloads:
             names.add(str(target))
         else:

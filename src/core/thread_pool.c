@@ -335,7 +335,7 @@ static pool *pool_create(int threads) {
             break;
         }
         char name[16]; /* shown by top -H, perf and /proc/PID/task/TID/comm */
-        snprintf(name, sizeof name, "torchburn-%d", i);
+        snprintf(name, sizeof name, "torchburn-%u", (unsigned)i % 10000u); /* i < TB_MAX_THREADS */
         pthread_setname_np(p->workers[i - 1], name);
         p->thread_count++;
     }

@@ -288,6 +288,9 @@ tb_status tb_exec_copy(const tb_exec_context *context, const tb_step *step);
 /* tb_exec_copy for copies the planner inserted (layout or dtype staging): counted as copies. */
 tb_status tb_exec_layout_copy(const tb_exec_context *context, const tb_step *step);
 
+/* Writes dropout's keep mask of `count` elements for `seed` (exec_random.c); p in [0, 1]. */
+tb_status tb_dropout_keep_mask(bool *mask, int64_t count, int64_t seed, double p);
+
 /* The op table entries. */
 #define TB_GRAPH_DECLARE_FUNCTIONS(id, name, min_in, max_in, n_out, params, infer, lower) \
     tb_status infer(const tb_graph_params *, int, const tb_value_info *const *, tb_value_info *); \

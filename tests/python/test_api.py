@@ -47,7 +47,7 @@ def test_supported_ops_are_aten_ops_the_backend_lowers():
     for name in names:
         assert hasattr(torch.ops.aten, name), name
     for expected in ("addmm", "_softmax", "native_layer_norm", "convolution",
-                     "_scaled_dot_product_flash_attention_for_cpu"):
+                     "_scaled_dot_product_flash_attention_for_cpu", "native_dropout", "native_dropout_backward"):
         assert expected in names
     assert "cummax" not in names  # not lowered: it runs in PyTorch
     overloads = torchburn.supported_ops(overloads=True)

@@ -24,7 +24,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import legalize_graph
 
 from .. import _C
-from . import diagnostics, lowering
+from . import diagnostics, lowering, rules_nn
 from .diagnostics import GraphRecord, debug, warn_once
 
 
@@ -309,7 +309,13 @@ def _extract(gm: torch.fx.GraphModule, part: set, name: str, all_placeholders: b
 
 
 def op_label(node: torch.fx.Node) -> str:
-    return str(node.target).replace("aten.", "")
+    label = getattr(node.target, "torchburn_label", None)  # the backend's own FX targets (rules_nn)
+    return label if label is not None else str(node.target).replace("aten.", "")
+
+
+def _bookkeeping(node: torch.fx.Node) -> bool:
+    """Nodes the backend inserted that are not the model's compute (a dropout's seed draw)."""
+    return node.target is rules_nn.dropout_seed
 
 
 def _source(node: torch.fx.Node) -> torch.fx.Node:
@@ -381,8 +387,10 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
     natively supported nodes, which run on native_cpu; the tensors crossing between them are the
     copies each GPU region's plan reports (``engine: vulkan (...; copies per call: ...)``)."""
     record = GraphRecord(kind=kind)
+    rules_nn.seed_dropouts(gm)
     computes = [(n, n.name, op_label(n), [_source(a).name for a in n.all_input_nodes]) for n in gm.graph.nodes
-                if n.op == "call_function" and n.target is not operator.getitem and _makes_tensors(lowering.meta(n))]
+                if n.op == "call_function" and n.target is not operator.getitem and _makes_tensors(lowering.meta(n))
+                and not _bookkeeping(n)]
     region_of: dict = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     all_tensors = all(isinstance(lowering.meta(p), torch.Tensor) for p in placeholders)
@@ -398,6 +406,8 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str) -> tuple:
     last_reasons = {n.name: r for n, r in passes[-1].reasons.items()}
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or node.name in inserted:
+            continue
+        if _bookkeeping(node):
             continue
         if not _makes_tensors(lowering.meta(node)):
             continue  # Python scalar arithmetic (sizes): nothing to compute natively

@@ -549,6 +549,77 @@ def _adaptive_pool_backward(b: Builder, n: torch.fx.Node) -> int:
     return b.add("adaptive_avg_pool2d_backward", [b.value(n.args[0]), b.value(n.args[1])], {})
 
 
+# ---- dropout -------------------------------------------------------------------------------------
+
+_DROPOUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.bool)
+
+
+def dropout_seed() -> torch.Tensor:
+    """One int64 from PyTorch's default generator: the seed of a native dropout mask. The backend puts
+    one before each training-mode dropout of a graph (``seed_dropouts``); it runs in PyTorch, so
+    ``torch.manual_seed`` reproduces the masks."""
+    return torch.randint(-(2 ** 63), 2 ** 63 - 1, (), dtype=torch.int64)
+
+
+def seeded_native_dropout(x: torch.Tensor, p: float, seed: torch.Tensor) -> tuple:
+    """``aten.native_dropout(x, p, True)`` whose keep mask is drawn natively from `seed`. Run in
+    PyTorch (its region fell back) it is PyTorch's own dropout, from PyTorch's generator."""
+    return torch.ops.aten.native_dropout.default(x, p, True)
+
+
+dropout_seed.torchburn_label = "dropout seed"
+seeded_native_dropout.torchburn_label = "native_dropout.default"
+seeded_native_dropout.torchburn_aten = aten.native_dropout.default  # what supported_ops() reports
+
+
+def seed_dropouts(gm: torch.fx.GraphModule) -> int:
+    """Gives every training-mode ``native_dropout`` of a floating-point tensor a seed input drawn
+    from PyTorch's generator (the only part left in PyTorch): the mask and the scaling then run
+    natively, and a dropout no longer splits a region in two. Returns how many were rewritten.
+
+    The masks are not PyTorch's (its CPU generator's Mersenne Twister stream is not reproduced; as
+    with inductor, a compiled dropout is a different draw from the same distribution), but each
+    element is kept with probability 1 - p, kept values are scaled by 1 / (1 - p) as PyTorch does,
+    and the backward uses the forward's mask."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.native_dropout.default:
+            continue
+        x, p = node.args[0], node.args[1]
+        train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+        value = meta(x) if isinstance(x, torch.fx.Node) else None
+        if train is False or not isinstance(value, torch.Tensor) or value.dtype not in _DROPOUT_DTYPES[:3]:
+            continue
+        if not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
+            continue
+        with gm.graph.inserting_before(node):
+            seed = gm.graph.call_function(dropout_seed, ())
+        seed.meta["val"] = torch.empty((), dtype=torch.int64)
+        node.target, node.args, node.kwargs = seeded_native_dropout, (x, float(p), seed), {}
+        count += 1
+    return count
+
+
+@rule(seeded_native_dropout, dtypes=_DROPOUT_DTYPES, index=True)
+def _dropout(b: Builder, n: torch.fx.Node) -> tuple:
+    x, p, seed = n.args
+    dtype = b.dtype(x)
+    keep = b.add("dropout_mask", [b.value(x), b.value(seed)], {"p": float(p)})
+    kept = b.add("binary", [b.value(x), keep], {"op": BINARY["mul"], "dtype": dtype})
+    p1m = 1.0 - float(p)
+    scale = 0.0 if p1m == 0.0 else 1.0 / p1m  # PyTorch's: output = input * mask * scale
+    out = b.add("binary_scalar", [kept], {"op": BINARY["mul"], "dtype": dtype, "scalar": scale})
+    return (out, keep)
+
+
+@rule(aten.native_dropout_backward.default, dtypes=_DROPOUT_DTYPES)
+def _dropout_backward(b: Builder, n: torch.fx.Node) -> int:
+    grad, mask, scale = n.args
+    dtype = b.dtype(n)
+    kept = b.add("binary", [b.value(grad), b.value(mask)], {"op": BINARY["mul"], "dtype": dtype})
+    return b.add("binary_scalar", [kept], {"op": BINARY["mul"], "dtype": dtype, "scalar": float(b.scalar(scale))})
+
+
 # ---- losses --------------------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ def machine_facts() -> str:
         f"cpu: {info['brand'] or platform.processor()} ({info['vendor']})",
         f"isa: {info['isa']} (supported: {', '.join(info['supported_isas'])})",
         f"physical cores: {info['physical_cores']}",
-        f"torchburn threads: {info['num_threads']}",
+        f"torchburn threads: {info['num_threads']} ({info['parallel_runtime']})",
     ]
     try:
         import torch

@@ -346,8 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import torchburn
+    from torchburn.backend import _share_pytorch_threads
 
     torchburn.register()
+    _share_pytorch_threads()  # what the first compile does; done first so the facts line is right
     torch.set_num_threads(torchburn.get_num_threads())
     try:
         import torch._inductor.config as inductor_config
