@@ -130,3 +130,20 @@ def test_eval_mode_dropout_and_float64_stay_exact():
     torch.testing.assert_close(y.detach()[kept], (x.detach() * 2 * 2)[kept], rtol=0, atol=0)
     fn_eval = torch.compile(lambda x: F.dropout(x, 0.5, training=False) * 2, backend="torchburn")
     torch.testing.assert_close(fn_eval(x), x * 2)
+
+
+def test_mask_does_not_depend_on_the_thread_count():
+    fresh()
+    x = (torch.rand(300_001) + 0.5).requires_grad_()  # odd: the last 64-bit draw is half used
+    w = torch.ones(300_001)
+    fn = compiled_dropout(0.25)
+    before = torchburn.get_num_threads()
+    masks = []
+    try:
+        for threads in (1, 2, 3):
+            torchburn.set_num_threads(threads)
+            torch.manual_seed(99)
+            masks.append(fn(x, w).detach() != 0)
+    finally:
+        torchburn.set_num_threads(before)
+    assert torch.equal(masks[0], masks[1]) and torch.equal(masks[0], masks[2])
