@@ -3,7 +3,8 @@
 Builds BERT (also with a padding mask), GPT-2 (with its cache), a grouped-query Llama and ViT from small
 configs (random weights, sdpa attention) and prints, as a markdown table, how many FX compute nodes
 torchburn.explain says really ran natively: in eval mode under no_grad and with grad on (forward +
-backward), and in train mode with grad on (dropout is random: PyTorch's).
+backward), and in train mode with grad on (dropout included: its mask is drawn natively from a seed
+PyTorch's generator supplies).
 
 Usage: python tools/native_share.py
 """

@@ -307,6 +307,36 @@ def grad_on_medians(torch: Any, model: Any, inputs: tuple, expected: Any, induct
     return forward, interleaved_medians(steps, inputs, seconds)
 
 
+def train_mode_medians(torch: Any, model: Any, inputs: tuple, inductor: bool, seconds: float) -> dict:
+    """Training steps as in grad_on_medians, with the model in train mode (dropout active). No
+    answer is compared: each implementation draws its own dropout masks."""
+    model.train()
+    try:
+        params = [p for p in model.parameters() if p.requires_grad]
+        fns = {"eager": model}
+        for backend in (["inductor"] if inductor else []) + ["torchburn"]:
+            torch._dynamo.reset()
+            fns[backend] = torch.compile(model, backend=backend)
+            fns[backend](*inputs)
+        if inductor:
+            fns["inductor"] = torch.compile(model, backend="inductor")
+            fns["inductor"](*inputs)
+
+        def training_step(fn: Callable) -> Callable:
+            def step(*args: Any) -> None:
+                for p in params:
+                    p.grad = None
+                fn(*args).float().sum().backward()
+            return step
+
+        steps = {name: training_step(fn) for name, fn in fns.items()}
+        for step in steps.values():
+            step(*inputs)
+        return interleaved_medians(steps, inputs, seconds)
+    finally:
+        model.eval()
+
+
 def grad_on_fns(torch: Any, model: Any, inputs: tuple, expected: Any, inductor: bool) -> dict:
     fns = {"eager": model}
     for backend in (["inductor"] if inductor else []) + ["torchburn"]:
@@ -340,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=1.0, help="measuring time per implementation and model")
     parser.add_argument("--no-inductor", action="store_true", help="skip inductor (it compiles slowly)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--train-mode", action="store_true",
+                        help="also time training steps with the models in train mode (dropout active)")
     args = parser.parse_args(argv or [])
 
     os.environ.setdefault("TORCHBURN_QUIET", "1")
@@ -362,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     models = build_models(torch)
     warm_up(torch, not args.no_inductor)
     rows, overhead_rows, grad_rows, train_rows, records = [], [], [], [], []
+    train_mode_rows: list = []
     for name in args.models.split(","):
         make_model, make_inputs = models[name]
         torch.manual_seed(0)
@@ -405,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
         grad_times, train_times = grad_on_medians(torch, model, inputs, expected, not args.no_inductor, args.seconds)
         grad_rows.append(speed_row(name, grad_times))
         train_rows.append(speed_row(name, train_times))
+        train_mode_times = None
+        if args.train_mode:
+            train_mode_times = train_mode_medians(torch, model, inputs, not args.no_inductor, args.seconds)
+            train_mode_rows.append(speed_row(name, train_mode_times))
         t_eager, t_burn = times["eager"][1], times["torchburn"][1]
         t_inductor = times["inductor"][1] if "inductor" in times else float("nan")
         overall = " / ".join(format_time(times[k][0]) for k in ("eager", "inductor", "torchburn") if k in times)
@@ -421,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                   "backend_inductor_s": inductor_backend, "backend_torchburn_s": burn_backend,
                   "grad_on_s": {k: v[1] for k, v in grad_times.items()},
                   "training_step_s": {k: v[1] for k, v in train_times.items()}}
+        if train_mode_times is not None:
+            record["train_mode_step_s"] = {k: v[1] for k, v in train_mode_times.items()}
         if overhead:
             record["overhead"] = overhead
             overhead_rows.append([name, str(overhead["inputs_outputs"]), format_time(overhead["bare_run_s"]),
@@ -453,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\ntraining steps (grad on: gradients set to None, forward, output.sum().backward(); the backward")
     print("runs the compilers' backward graphs), same medians:\n")
     print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor"], train_rows)
+    if train_mode_rows:
+        print("\ntraining steps in train mode (dropout active: each implementation draws its own masks), same")
+        print("medians:\n")
+        print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor"], train_mode_rows)
     if overhead_rows:
         print("\nper-call overhead of a cached plan: wall time of a call minus the time inside its steps (the plan")
         print("counts it), i.e. importing inputs, allocating and exporting outputs; Dynamo guards = the same for")
