@@ -287,21 +287,22 @@ def fixed_cost(torch: Any, seconds: float) -> list:
     return rows
 
 
+def training_step(fn: Callable, params: list) -> Callable:
+    """One training step of fn: gradients set to None, forward, ``sum().backward()``."""
+    def step(*args: Any) -> None:
+        for p in params:
+            p.grad = None
+        fn(*args).float().sum().backward()
+    return step
+
+
 def grad_on_medians(torch: Any, model: Any, inputs: tuple, expected: Any, inductor: bool, seconds: float) -> tuple:
     """Steady-state medians with grad enabled (eager, inductor, torchburn): of forward calls, and of
     training steps (gradients set to None, forward, ``sum().backward()``: the compiled backward too)."""
     fns = grad_on_fns(torch, model, inputs, expected, inductor)
     forward = interleaved_medians(fns, inputs, seconds)
     params = [p for p in model.parameters() if p.requires_grad]
-
-    def training_step(fn: Callable) -> Callable:
-        def step(*args: Any) -> None:
-            for p in params:
-                p.grad = None
-            fn(*args).float().sum().backward()
-        return step
-
-    steps = {name: training_step(fn) for name, fn in fns.items()}
+    steps = {name: training_step(fn, params) for name, fn in fns.items()}
     for step in steps.values():  # the first backward compiles the backward graph
         step(*inputs)
     return forward, interleaved_medians(steps, inputs, seconds)
@@ -321,15 +322,7 @@ def train_mode_medians(torch: Any, model: Any, inputs: tuple, inductor: bool, se
         if inductor:
             fns["inductor"] = torch.compile(model, backend="inductor")
             fns["inductor"](*inputs)
-
-        def training_step(fn: Callable) -> Callable:
-            def step(*args: Any) -> None:
-                for p in params:
-                    p.grad = None
-                fn(*args).float().sum().backward()
-            return step
-
-        steps = {name: training_step(fn) for name, fn in fns.items()}
+        steps = {name: training_step(fn, params) for name, fn in fns.items()}
         for step in steps.values():
             step(*inputs)
         return interleaved_medians(steps, inputs, seconds)
