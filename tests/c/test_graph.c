@@ -528,7 +528,38 @@ static void test_eager_core_ops(void) {
     tb_graph_free(g);
 }
 
+/* dropout_mask refuses a probability outside [0, 1] (NaN included) and a seed that is not one int64,
+ * naming the problem; a valid node has x's shape and bool dtype. */
+static void test_dropout_mask_validation(void) {
+    tb_graph *g;
+    TB_CHECK(tb_graph_new(&g) == TB_OK);
+    int64_t xs[2] = {3, 5}, one[1] = {1}, two[1] = {2};
+    int x, seed, float_seed, two_seeds;
+    TB_CHECK(tb_graph_add_input(g, TB_F32, 2, xs, NULL, &x) == TB_OK);
+    TB_CHECK(tb_graph_add_input(g, TB_I64, 1, one, NULL, &seed) == TB_OK);
+    TB_CHECK(tb_graph_add_input(g, TB_F32, 1, one, NULL, &float_seed) == TB_OK);
+    TB_CHECK(tb_graph_add_input(g, TB_I64, 1, two, NULL, &two_seeds) == TB_OK);
+    tb_graph_params p;
+    memset(&p, 0, sizeof p);
+    int out = -1;
+    const double bad[] = {-0.1, 1.5, NAN};
+    for (int i = 0; i < 3; i++) {
+        p.dropout.p = bad[i];
+        int in[2] = {x, seed};
+        TB_CHECK(tb_graph_add_node(g, TB_OP_DROPOUT_MASK, &p, 2, in, &out, NULL) == TB_ERR_INVALID_ARGUMENT);
+        TB_CHECK(strstr(tb_error_message(), "must be in [0, 1]") != NULL);
+    }
+    p.dropout.p = 0.5;
+    int with_float[2] = {x, float_seed}, with_two[2] = {x, two_seeds}, good[2] = {x, seed};
+    TB_CHECK(tb_graph_add_node(g, TB_OP_DROPOUT_MASK, &p, 2, with_float, &out, NULL) == TB_ERR_DTYPE);
+    TB_CHECK(tb_graph_add_node(g, TB_OP_DROPOUT_MASK, &p, 2, with_two, &out, NULL) == TB_ERR_DTYPE);
+    TB_CHECK(strstr(tb_error_message(), "seed must be one int64 element") != NULL);
+    TB_CHECK(tb_graph_add_node(g, TB_OP_DROPOUT_MASK, &p, 2, good, &out, NULL) == TB_OK);
+    tb_graph_free(g);
+}
+
 int main(void) {
+    test_dropout_mask_validation();
     test_mlp_plan();
     test_elementwise_and_views();
     test_hash_cache_and_memory_plan();
