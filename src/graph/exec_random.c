@@ -10,16 +10,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/random.h"
 #include "graph/graph_internal.h"
 #include "torchburn/thread_pool.h"
-
-static const uint64_t golden = 0x9e3779b97f4a7c15ull;
-
-static inline uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 typedef struct mask_job {
     bool *mask;
@@ -31,7 +24,7 @@ static void mask_pairs(void *context, int64_t begin, int64_t end, int thread_ind
     (void)thread_index;
     const mask_job *job = context;
     for (int64_t j = begin; j < end; j++) {
-        const uint64_t draw = mix64(job->key + (uint64_t)(j + 1) * golden);
+        const uint64_t draw = tb_splitmix64_mix(job->key + (uint64_t)(j + 1) * TB_SPLITMIX64_GOLDEN);
         const int64_t i = 2 * j;
         job->mask[i] = (draw & 0xffffffffull) >= job->threshold;
         if (i + 1 < job->count)
@@ -44,7 +37,7 @@ tb_status tb_dropout_keep_mask(bool *mask, int64_t count, int64_t seed, double p
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "dropout: probability must be in [0, 1], got %g", p);
     if (count <= 0)
         return TB_OK;
-    mask_job job = {.mask = mask, .count = count, .key = mix64((uint64_t)seed), .threshold = (uint64_t)ceil(p * 4294967296.0)};
+    mask_job job = {.mask = mask, .count = count, .key = tb_splitmix64_mix((uint64_t)seed), .threshold = (uint64_t)ceil(p * 4294967296.0)};
     tb_parallel_for((count + 1) / 2, 16384, mask_pairs, &job);
     return TB_OK;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/random.h"
 #include "llm/llm_internal.h"
 #include "torchburn/alloc.h"
 
@@ -22,30 +23,7 @@ struct tb_llm_sampler {
     double *weights;   /* [V] exp(logit - max) of the kept candidates */
 };
 
-/* ---- PRNG ---- */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(uint64_t s[4]) {
-    const uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
-static double next_unit(uint64_t s[4]) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+/* ---- PRNG: xoshiro256** (core/random.h) ---- */
 
 /* ---- parameters ---- */
 
@@ -82,9 +60,7 @@ tb_status tb_llm_sampler_new(int64_t vocab_size, const tb_llm_sampling *sampling
         return tb_error_set(TB_ERR_OUT_OF_MEMORY, "sampling: out of memory");
     s->vocab = vocab_size;
     s->params = *sampling;
-    uint64_t seed = sampling->seed;
-    for (int i = 0; i < 4; i++)
-        s->state[i] = splitmix64(&seed);
+    tb_xoshiro256ss_seed(s->state, sampling->seed);
     const size_t v = (size_t)vocab_size;
     tb_status status = tb_alloc(v * sizeof(float), TB_ALLOC_DEFAULT, (void **)&s->work);
     if (status == TB_OK)
@@ -296,7 +272,7 @@ tb_status tb_llm_sampler_sample(tb_llm_sampler *s, const float *logits, const in
     const double total = candidate_weights(s, n);
     if (!(total > 0.0) || isinf(total))
         return not_finite();
-    const double target = next_unit(s->state) * total;
+    const double target = tb_xoshiro256ss_unit(s->state) * total;
     double cumulative = 0.0;
     for (int64_t i = 0; i < n; i++) {
         cumulative += s->weights[i];
@@ -354,7 +330,7 @@ static tb_status greedy_allowed(tb_llm_sampler *s, const float *logits, bool wor
 
 /* One draw over weights[0..n) (summing to total); the index, or -1 when every weight is zero. */
 static int64_t draw_index(tb_llm_sampler *s, int64_t n, double total) {
-    const double target = next_unit(s->state) * total;
+    const double target = tb_xoshiro256ss_unit(s->state) * total;
     double cumulative = 0.0;
     int64_t last = -1;
     for (int64_t i = 0; i < n; i++) {

@@ -1,5 +1,6 @@
 /* turbo_torch reductions, matmul, softmax, creation (fill, from values, arange, random) and the
  * Tensor method table, each recording its autograd node. */
+#include "core/random.h"
 #include "eager.h"
 
 #include <math.h>
@@ -514,35 +515,14 @@ PyObject *tt_as_tensor(PyObject *object, int dtype) {
     return r;
 }
 
-/* ---- random: xoshiro256** seeded through splitmix64 (manual_seed) ---- */
+/* ---- random: xoshiro256** seeded through splitmix64 (manual_seed; core/random.h) ---- */
 static uint64_t rng_state[4] = {0x9E3779B97F4A7C15ull, 0xBF58476D1CE4E5B9ull, 0x94D049BB133111EBull, 0x2545F4914F6CDD1Dull};
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-static void rng_seed(uint64_t *s, uint64_t seed) {
-    for (int i = 0; i < 4; i++) {
-        uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        s[i] = z ^ (z >> 31);
-    }
-}
-static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 static PyObject *py_manual_seed(PyObject *m, PyObject *arg) {
     unsigned long long seed = PyLong_AsUnsignedLongLongMask(arg);
     if (PyErr_Occurred())
         return NULL;
-    rng_seed(rng_state, seed);
+    tb_xoshiro256ss_seed(rng_state, seed);
     Py_RETURN_NONE;
 }
 static PyObject *py_get_rng_state(PyObject *m, PyObject *unused) {
@@ -578,13 +558,13 @@ static PyObject *py_random(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     int64_t n = tb_tensor_numel(&staged);
     for (int64_t i = 0; i < n; i++) {
         if (kind == 0) {
-            p[i] = a + (b - a) * rng_uniform(rng_state);
+            p[i] = a + (b - a) * tb_xoshiro256ss_unit(rng_state);
         } else if (kind == 1) {
-            double u1 = rng_uniform(rng_state), u2 = rng_uniform(rng_state);
+            double u1 = tb_xoshiro256ss_unit(rng_state), u2 = tb_xoshiro256ss_unit(rng_state);
             p[i] = a + b * sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * 3.14159265358979323846 * u2);
         } else {
             double span = b - a;
-            p[i] = a + floor(rng_uniform(rng_state) * span);
+            p[i] = a + floor(tb_xoshiro256ss_unit(rng_state) * span);
         }
     }
     if (dtype == TB_F64)
