@@ -381,6 +381,15 @@ static void run_inline(int64_t count, tb_parallel_fn fn, void *context) {
     in_parallel_region = previous;
 }
 
+/* Aims for a few chunks per thread for balance, but never below the grain (pool and host team). */
+static void split_into_chunks(int64_t count, int64_t grain, int threads, int64_t *chunk_size, int64_t *chunk_count) {
+    const int64_t target_chunks = (int64_t)threads * 4;
+    *chunk_size = (count + target_chunks - 1) / target_chunks;
+    if (*chunk_size < grain)
+        *chunk_size = grain;
+    *chunk_count = (count + *chunk_size - 1) / *chunk_size;
+}
+
 /* A parallel_for on the host OpenMP team: every team thread claims chunks from `next`. */
 typedef struct host_job {
     tb_parallel_fn fn;
@@ -421,11 +430,7 @@ static void run_on_host_team(int64_t count, int64_t grain, tb_parallel_fn fn, vo
         return;
     }
     host_job job = {.fn = fn, .context = context, .count = count};
-    int64_t target_chunks = (int64_t)threads * 4;
-    job.chunk_size = (count + target_chunks - 1) / target_chunks;
-    if (job.chunk_size < grain)
-        job.chunk_size = grain;
-    job.chunk_count = (count + job.chunk_size - 1) / job.chunk_size;
+    split_into_chunks(count, grain, threads, &job.chunk_size, &job.chunk_count);
     atomic_init(&job.next, 0);
     atomic_init(&job.finished, 0);
     atomic_store_explicit(&job.published, 1, memory_order_release);
@@ -452,12 +457,8 @@ void tb_parallel_for(int64_t count, int64_t grain, tb_parallel_fn fn, void *cont
         run_inline(count, fn, context);
         return;
     }
-    /* Aim for a few chunks per thread for balance, but never below the grain. */
-    int64_t target_chunks = (int64_t)p->thread_count * 4;
-    int64_t chunk_size = (count + target_chunks - 1) / target_chunks;
-    if (chunk_size < grain)
-        chunk_size = grain;
-    int64_t chunk_count = (count + chunk_size - 1) / chunk_size;
+    int64_t chunk_size, chunk_count;
+    split_into_chunks(count, grain, p->thread_count, &chunk_size, &chunk_count);
     if (chunk_count > (int64_t)TB_CLAIM_MAX_CHUNKS) { /* more chunks than the claim word can count */
         chunk_size = (count + TB_CLAIM_MAX_CHUNKS - 1) / TB_CLAIM_MAX_CHUNKS;
         chunk_count = (count + chunk_size - 1) / chunk_size;
