@@ -33,6 +33,12 @@ typedef enum tb_engine_op_kind {
     TB_ENGINE_OP_SOFTMAX,     /* over each row of a[R,L]; log_softmax when `log` */
     TB_ENGINE_OP_RMS_NORM,    /* y = a * rsqrt(mean(a^2) + eps) * weight(b)[L] (b optional) */
     TB_ENGINE_OP_LAYER_NORM,  /* y = (a - mean) * rsqrt(var + eps) * weight(b)[L] + bias(c)[L] (b, c optional) */
+    TB_ENGINE_OP_FUSED,       /* an elementwise chain (op->fused): y[i] = the last step over inputs a, b, c, d,
+                               * i < n; input k read at (i / inner[k]) % len[k]. One dispatch on a GPU engine
+                               * (a pipeline specialized to the chain, cached), no intermediate buffers */
+    TB_ENGINE_OP_REDUCE,      /* a viewed as [R = rows, L = len, inner]: y[r * inner + i] = reduce over l of
+                               * a[(r * L + l) * inner + i]; code: tb_reduce_op (0 sum, 1 max, 2 min, 3
+                               * logsumexp: CPU engines only) or 4 mean; max/min propagate NaN */
     /* The LLM forward's ops (src/llm/llm_gpu.c; only GPU engines take them). Fields in op->llm. */
     TB_ENGINE_OP_QMATMUL,     /* y[M,N] = a[M,K] @ dequant(W[N,K]).T + bias(c)[N]; b = the quantized rows
                                * (torchburn/quant.h layout: int8[N,K], or uint8[N,K/2] nibbles q + 8 with
@@ -62,6 +68,28 @@ typedef enum tb_engine_weight_format {
     TB_ENGINE_WEIGHT_F16 = 2,
 } tb_engine_weight_format;
 
+/* An elementwise chain (TB_ENGINE_OP_FUSED). Registers 0..3 are the inputs a, b, c, d (the first
+ * `ninputs` of them), register 4 + s the result of step s; the op's result is the last step's. */
+enum { TB_ENGINE_FUSED_INPUTS = 4, TB_ENGINE_FUSED_STEPS = 16 };
+
+typedef enum tb_engine_step_kind {
+    TB_ENGINE_STEP_UNARY = 0,        /* code: tb_unary_op of register lhs (alpha, lo, hi as the unary op's) */
+    TB_ENGINE_STEP_BINARY = 1,       /* code: tb_binary_op, lhs op rhs */
+    TB_ENGINE_STEP_SCALAR = 2,       /* lhs op scalar */
+    TB_ENGINE_STEP_SCALAR_FIRST = 3, /* scalar op lhs (1 - x, 2 / x) */
+} tb_engine_step_kind;
+
+typedef struct tb_engine_fused_step {
+    int kind, code, lhs, rhs;
+    float alpha, lo, hi, scalar;
+} tb_engine_fused_step;
+
+typedef struct tb_engine_fused {
+    int ninputs, nsteps;
+    int64_t len[TB_ENGINE_FUSED_INPUTS], inner[TB_ENGINE_FUSED_INPUTS]; /* len * inner divides n */
+    tb_engine_fused_step steps[TB_ENGINE_FUSED_STEPS];
+} tb_engine_fused;
+
 /* An engine-owned buffer of `bytes` bytes (opaque; each engine extends it). */
 typedef struct tb_engine_buffer tb_engine_buffer;
 
@@ -78,7 +106,8 @@ typedef struct tb_engine_op {
     int64_t n;        /* unary, binary: elements of y (and of a) */
     int64_t b_len;    /* binary: elements of b (n, 1, or a divisor of n: b repeats) */
     int64_t m, k;     /* matmul: M and K (N is `n`) */
-    int64_t rows, len; /* softmax and norms: R and L */
+    int64_t rows, len; /* softmax, norms, reduce: R and L */
+    int64_t inner;    /* reduce: the trailing elements each reduced position spans (1: rows) */
     bool trans_b, log;
     int b_format;     /* matmul: tb_engine_weight_format of b (16-bit: engines with 16-bit storage only) */
     int format;       /* convert16: the 16-bit format (TB_ENGINE_WEIGHT_BF16 or TB_ENGINE_WEIGHT_F16) */
@@ -95,6 +124,7 @@ typedef struct tb_engine_op {
      * split by rows across buffers (larger than maxStorageBufferRange) runs as one op per part. */
     int64_t y_stride, y_col0;
     int64_t a_offset; /* copy: the first float of a that is read */
+    tb_engine_fused fused; /* fused: the chain */
     tb_engine_buffer *a, *b, *c; /* inputs; NULL when absent (b: weight / matmul B, c: bias) */
     tb_engine_buffer *d;         /* fourth input of the LLM ops (scales, norm weights); NULL otherwise */
     tb_engine_buffer *y;         /* output; may equal a for unary, binary and row ops (in place) */
@@ -121,6 +151,8 @@ typedef struct tb_engine_device_info {
     int device_index, device_count;
     bool staging;           /* vulkan: buffers in device-local memory, copied through a staging buffer */
     uint64_t submits, dispatches; /* counters since the engine started (batching is visible here) */
+    uint64_t specialized_pipelines; /* vulkan: pipelines built for fused elementwise chains (one per distinct
+                                     * chain; a cached chain builds none) */
     uint64_t transfers;     /* staging: submissions of copies alone (outside any run; 0 without staging) */
     uint64_t batched_copies; /* staging: copies recorded into a run's own submission (uploads before its
                               * ops, downloads after them) */
@@ -177,7 +209,7 @@ TB_API tb_status tb_engine_check_op(const tb_engine *engine, const tb_engine_op 
 TB_API tb_status tb_engine_run_download(const tb_engine *engine, const tb_engine_op *ops, int count,
                                         const tb_engine_download *downloads, int ndownloads);
 
-/* The op kind's name ("unary", "binary", "matmul", "softmax", "rms_norm", "layer_norm"). */
+/* The op kind's name ("unary", "binary", "matmul", "softmax", "rms_norm", "layer_norm", "fused", ...). */
 TB_API const char *tb_engine_op_kind_name(tb_engine_op_kind kind);
 
 /* Forgets the vulkan engine's device so the next use probes again with the current settings (tests

@@ -73,7 +73,8 @@ def gpu_info() -> dict[str, Any]:
     ``batched_copies`` (staging copies that rode in a run's own submission), ``upload_bytes``
     and ``download_bytes`` (host <-> device copies), ``subgroup_reductions`` (reductions use subgroup
     operations; ``TORCHBURN_VULKAN_NO_SUBGROUP=1`` forces the shared-memory ones), ``storage_16bit``
-    (bf16/f16 matmul weights stay 16-bit on the device; ``TORCHBURN_VULKAN_NO_16BIT=1`` turns it off).
+    (bf16/f16 matmul weights stay 16-bit on the device; ``TORCHBURN_VULKAN_NO_16BIT=1`` turns it off),
+    ``specialized_pipelines`` (pipelines built for fused elementwise chains: one per distinct chain).
     """
     raw = _C.engine_info("vulkan")
     available = bool(raw["available"])
@@ -102,6 +103,7 @@ def gpu_info() -> dict[str, Any]:
         "upload_bytes": raw["upload_bytes"],
         "download_bytes": raw["download_bytes"],
         "subgroup_reductions": bool(raw["subgroup_reductions"]),
+        "specialized_pipelines": raw["specialized_pipelines"],
     }
 
 

@@ -80,6 +80,54 @@ static tb_status cpu_download(const tb_engine_buffer *buffer, size_t offset, voi
 
 static float *data(const tb_engine_buffer *buffer) { return buffer ? (float *)buffer->host : NULL; }
 
+/* A fused chain on the host: blocks of BLOCK elements, each step one kernel call over the block's
+ * registers (the table's unary and binary kernels: the same values as the unfused ops). */
+enum { BLOCK = 256, REGISTERS = TB_ENGINE_FUSED_INPUTS + TB_ENGINE_FUSED_STEPS };
+
+static tb_status run_fused(const tb_engine_op *op, const tb_elementwise_kernels *kernels) {
+    const tb_engine_fused *f = &op->fused;
+    const float *in[TB_ENGINE_FUSED_INPUTS] = {data(op->a), data(op->b), data(op->c), data(op->d)};
+    float *y = data(op->y);
+    float(*r)[BLOCK] = malloc(sizeof(float) * BLOCK * REGISTERS);
+    if (!r)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "fused op: out of memory for registers");
+    for (int64_t start = 0; start < op->n; start += BLOCK) {
+        const int64_t count = op->n - start < BLOCK ? op->n - start : BLOCK;
+        for (int k = 0; k < f->ninputs; k++)
+            for (int64_t i = 0; i < count; i++)
+                r[k][i] = in[k][((start + i) / f->inner[k]) % f->len[k]];
+        for (int s = 0; s < f->nsteps; s++) {
+            const tb_engine_fused_step *st = &f->steps[s];
+            float *out = r[TB_ENGINE_FUSED_INPUTS + s];
+            if (st->kind == TB_ENGINE_STEP_UNARY) {
+                tb_unary_params params = {.alpha = st->alpha, .lo = st->lo, .hi = st->hi};
+                kernels->unary[st->code](r[st->lhs], out, count, &params);
+            } else if (st->kind == TB_ENGINE_STEP_BINARY) {
+                kernels->binary[st->code](r[st->lhs], 1, r[st->rhs], 1, out, count);
+            } else if (st->kind == TB_ENGINE_STEP_SCALAR) {
+                kernels->binary[st->code](r[st->lhs], 1, &st->scalar, 0, out, count);
+            } else {
+                kernels->binary[st->code](&st->scalar, 0, r[st->lhs], 1, out, count);
+            }
+        }
+        memcpy(y + start, r[TB_ENGINE_FUSED_INPUTS + f->nsteps - 1], sizeof(float) * (size_t)count);
+    }
+    free(r);
+    return TB_OK;
+}
+
+static void run_reduce(const tb_engine_op *op, const tb_elementwise_kernels *kernels) {
+    if (op->rows == 0)
+        return;
+    const float *a = data(op->a);
+    float *y = data(op->y);
+    const bool mean = op->code == 4;
+    kernels->reduce[mean ? TB_REDUCE_SUM : op->code](a, op->rows, op->len, op->inner, y);
+    if (mean)
+        for (int64_t i = 0; i < op->rows * op->inner; i++)
+            y[i] = y[i] / (float)op->len;
+}
+
 /* One op on host memory with the given kernel table and GEMM level. */
 static tb_status run_one(const tb_engine_op *op, const tb_elementwise_kernels *kernels, tb_isa gemm_isa) {
     float *a = data(op->a), *b = data(op->b), *c = data(op->c), *y = data(op->y);
@@ -119,6 +167,11 @@ static tb_status run_one(const tb_engine_op *op, const tb_elementwise_kernels *k
     case TB_ENGINE_OP_LAYER_NORM:
         if (op->rows > 0)
             kernels->layer_norm(a, b, c, y, op->rows, op->len, op->eps, NULL, NULL);
+        return TB_OK;
+    case TB_ENGINE_OP_FUSED:
+        return run_fused(op, kernels);
+    case TB_ENGINE_OP_REDUCE:
+        run_reduce(op, kernels);
         return TB_OK;
     default:
         return tb_error_set(TB_ERR_INTERNAL, "cpu engine: unhandled op kind %d", (int)op->kind);

@@ -4,10 +4,13 @@
  * the engine does not take is named in the error, and the caller runs the CPU plan instead.
  *
  * Taken (f32, contiguous, offset 0): INPUT, FULL, VIEW and COPY of a contiguous value (aliases),
- * PERMUTE (an alias whose only use may be a 2-D matmul B in nn.Linear's [N, K] layout), UNARY and
- * BINARY of the kernel-table ops, BINARY_SCALAR (reverse only for commutative ops), MATMUL with a 2-D
- * B, bias, activation and residual, SOFTMAX over the last dim, LAYER_NORM (statistics unused) and
- * RMS_NORM without epilogues. Dead nodes are ignored.
+ * PERMUTE (an alias whose only use may be a 2-D matmul B in nn.Linear's [N, K] layout), UNARY, BINARY
+ * and BINARY_SCALAR of the kernel-table ops as one-step fused ops (each operand broadcast over one
+ * block of the output's dims; scalars on either side), REDUCE (sum, max, min, mean) over adjacent
+ * dims, MATMUL with a 2-D B, bias, activation and residual, SOFTMAX over the last dim, LAYER_NORM
+ * (statistics unused) and RMS_NORM without epilogues. Dead nodes are ignored. After lowering,
+ * fuse_chains joins each fused op with the next when that is the only reader of its result: a chain
+ * becomes one dispatch.
  *
  * 16-bit values (float16, bfloat16), where the engine has 16-bit storage (storage_16bit): a 16-bit graph
  * input is uploaded as its 16-bit words and widened (exactly) into an f32 buffer where an op reads it;
@@ -45,7 +48,7 @@ typedef struct program_slice {
 /* an op whose operands are buffer indices (-1: absent), resolved to buffers at run time */
 typedef struct program_op {
     tb_engine_op op;
-    int a, b, c, y;
+    int a, b, c, y, d;
 } program_op;
 
 struct tb_engine_program {
@@ -200,7 +203,15 @@ static tb_status add_op(builder *b, const tb_engine_op *op, int a, int bb, int c
         b->p->ops = grown;
         b->op_capacity = capacity;
     }
-    b->p->ops[b->p->nops++] = (program_op){.op = *op, .a = a, .b = bb, .c = c, .y = y};
+    b->p->ops[b->p->nops++] = (program_op){.op = *op, .a = a, .b = bb, .c = c, .y = y, .d = -1};
+    return TB_OK;
+}
+
+/* A fused op over buffers inputs[0 .. op->fused.ninputs) (a, b, c, d). */
+static tb_status add_fused(builder *b, const tb_engine_op *op, const int *inputs, int y) {
+    const int n = op->fused.ninputs;
+    TB_TRY(add_op(b, op, inputs[0], n > 1 ? inputs[1] : -1, n > 2 ? inputs[2] : -1, y));
+    b->p->ops[b->p->nops - 1].d = n > 3 ? inputs[3] : -1;
     return TB_OK;
 }
 
@@ -224,21 +235,102 @@ static tb_status constant_buffer(builder *b, float value, int64_t count, int *ou
     return TB_OK;
 }
 
-/* b broadcast against out: b's shape, without leading 1s, equals out's trailing dims */
-static bool trailing_broadcast(const tb_value_info *b, const tb_value_info *out) {
-    int first = 0;
-    while (first < b->ndim && b->shape[first] == 1)
-        first++;
-    int kept = b->ndim - first;
-    if (kept > out->ndim)
+/* How an operand of shape v broadcast to out is read by a fused op: at (i / inner) % len. Its dims
+ * other than 1 must be one block of out's (right-aligned) dims with out's sizes: a bias [L] (inner 1),
+ * a [B, 1] row statistic against [B, L] (inner L), a [C, 1, 1] channel against [N, C, H, W]. */
+static bool broadcast_pattern(const tb_value_info *v, const tb_value_info *out, int64_t *len, int64_t *inner) {
+    const int offset = out->ndim - v->ndim;
+    if (offset < 0)
         return false;
-    for (int d = 0; d < kept; d++)
-        if (b->shape[first + d] != out->shape[out->ndim - kept + d])
+    int lo = -1, hi = -1;
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->shape[d] != 1 && v->shape[d] != out->shape[offset + d])
             return false;
+        if (v->shape[d] != 1) {
+            lo = lo < 0 ? d : lo;
+            hi = d + 1;
+        }
+    }
+    *len = *inner = 1;
+    if (lo < 0)
+        return true;
+    for (int d = lo; d < hi; d++) {
+        if (v->shape[d] != out->shape[offset + d])
+            return false; /* a 1 inside the block, where out is wider: two blocks */
+        *len *= v->shape[d];
+    }
+    for (int d = offset + hi; d < out->ndim; d++)
+        *inner *= out->shape[d];
     return true;
 }
 
-static bool commutative(int op) { return op == TB_BINARY_ADD || op == TB_BINARY_MUL || op == TB_BINARY_MAXIMUM || op == TB_BINARY_MINIMUM; }
+/* UNARY, BINARY, BINARY_SCALAR: a one-step fused op (fuse_chains joins neighbours later). */
+static tb_status lower_elementwise(builder *b, int index, const tb_node *n) {
+    const tb_value_info *out = info_of(b, n->first_output);
+    if (!contiguous(out))
+        return refuse(b, index, "not contiguous");
+    tb_engine_op op = {.kind = TB_ENGINE_OP_FUSED, .n = numel(out)};
+    tb_engine_fused_step *step = &op.fused.steps[0];
+    op.fused.nsteps = 1;
+    int inputs[2] = {-1, -1};
+    if (n->op == TB_OP_UNARY) {
+        const tb_params_unary *up = &n->params.unary;
+        if (up->op < 0 || up->op >= TB_UNARY_COUNT)
+            return refuse(b, index, "a unary op outside the kernel table");
+        *step = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_UNARY, .code = (int)up->op, .alpha = (float)up->alpha,
+                                       .lo = (float)up->lo, .hi = (float)up->hi};
+    } else {
+        const int code = (int)(n->op == TB_OP_BINARY ? n->params.binary.op : n->params.scalar.op);
+        if (code < 0 || code >= TB_BINARY_COUNT)
+            return refuse(b, index, "a binary op outside the kernel table");
+        if (n->op == TB_OP_BINARY_SCALAR)
+            *step = (tb_engine_fused_step){.kind = n->params.scalar.reverse ? TB_ENGINE_STEP_SCALAR_FIRST : TB_ENGINE_STEP_SCALAR,
+                                           .code = code, .scalar = (float)n->params.scalar.scalar};
+        else
+            *step = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_BINARY, .code = code, .rhs = n->inputs[1] == n->inputs[0] ? 0 : 1};
+    }
+    const int operands = n->op == TB_OP_BINARY && n->inputs[1] != n->inputs[0] ? 2 : 1;
+    for (int k = 0; k < operands; k++) {
+        const tb_value_info *in = info_of(b, n->inputs[k]);
+        if (!contiguous(in) || !broadcast_pattern(in, out, &op.fused.len[k], &op.fused.inner[k]))
+            return refuse(b, index, "an operand broadcast over more than one block of dims, or not contiguous");
+        inputs[k] = b->value_buffer[n->inputs[k]];
+    }
+    op.fused.ninputs = operands;
+    TB_TRY(new_buffer(b, n->first_output));
+    TB_TRY(add_fused(b, &op, inputs, b->value_buffer[n->first_output]));
+    return round_result(b, n->first_output);
+}
+
+/* REDUCE over one block of contiguous dims: [rows, len, inner]. */
+static tb_status lower_reduce(builder *b, int index, const tb_node *n) {
+    const tb_params_reduce *rp = &n->params.reduce;
+    const tb_value_info *x = info_of(b, n->inputs[0]), *out = info_of(b, n->first_output);
+    if (rp->op < 0 || rp->op > TB_GRAPH_REDUCE_MEAN)
+        return refuse(b, index, "a reduction outside the kernel table");
+    if (out->dtype != x->dtype)
+        return refuse(b, index, "a reduction into another dtype");
+    if (!contiguous(x) || !contiguous(out))
+        return refuse(b, index, "not contiguous");
+    const uint64_t mask = rp->dim_mask ? (uint64_t)rp->dim_mask : (x->ndim > 0 ? (((uint64_t)1 << x->ndim) - 1) : 0);
+    int lo = -1, hi = -1;
+    for (int d = 0; d < x->ndim; d++)
+        if (mask & ((uint64_t)1 << d)) {
+            if (hi >= 0 && hi != d)
+                return refuse(b, index, "reduced dims that are not adjacent");
+            lo = lo < 0 ? d : lo;
+            hi = d + 1;
+        }
+    int64_t rows = 1, len = 1, inner = 1;
+    for (int d = 0; d < x->ndim; d++)
+        *(d < lo || lo < 0 ? &rows : d < hi ? &len : &inner) *= x->shape[d];
+    if (len == 0)
+        return refuse(b, index, "an empty reduction");
+    TB_TRY(new_buffer(b, n->first_output));
+    tb_engine_op op = {.kind = TB_ENGINE_OP_REDUCE, .code = (int)rp->op, .rows = rows, .len = len, .inner = inner};
+    TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]));
+    return round_result(b, n->first_output);
+}
 
 static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     const tb_params_matmul *mp = &n->params.matmul;
@@ -320,16 +412,31 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
         const int weight = words ? b->value_buffer16[n->inputs[1]] : b->value_buffer[n->inputs[1]];
         TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], weight, bias, y));
     }
-    /* a 16-bit product is rounded after each stage, as the separate ATen ops round their results */
+    /* the activation and the residual as one fused op in place on y; a 16-bit product is rounded after
+     * each stage, as the separate ATen ops round their results, so there each stage is its own op */
+    const bool rounds = format_of(out->dtype) > 0;
+    tb_engine_op epilogue = {.kind = TB_ENGINE_OP_FUSED, .n = numel(out)};
+    tb_engine_fused *f = &epilogue.fused;
+    int inputs[2] = {y, residual};
+    f->ninputs = 1;
+    f->len[0] = numel(out);
+    f->inner[0] = 1;
     if (mp->activation > 0) {
         TB_TRY(round_result(b, n->first_output));
-        tb_engine_op act = {.kind = TB_ENGINE_OP_UNARY, .code = activation_codes[mp->activation], .n = numel(out)};
-        TB_TRY(add_op(b, &act, y, -1, -1, y));
+        f->steps[f->nsteps++] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_UNARY, .code = activation_codes[mp->activation]};
+        if (rounds || residual < 0) {
+            TB_TRY(add_fused(b, &epilogue, inputs, y));
+            f->nsteps = 0;
+        }
     }
     if (residual >= 0) {
         TB_TRY(round_result(b, n->first_output));
-        tb_engine_op add = {.kind = TB_ENGINE_OP_BINARY, .code = TB_BINARY_ADD, .n = numel(out), .b_len = numel(out)};
-        TB_TRY(add_op(b, &add, y, residual, -1, y));
+        f->ninputs = 2;
+        f->len[1] = numel(out);
+        f->inner[1] = 1;
+        const int last = f->nsteps > 0 ? TB_ENGINE_FUSED_INPUTS + f->nsteps - 1 : 0;
+        f->steps[f->nsteps++] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_BINARY, .code = TB_BINARY_ADD, .lhs = last, .rhs = 1};
+        TB_TRY(add_fused(b, &epilogue, inputs, y));
     }
     return round_result(b, n->first_output);
 }
@@ -388,7 +495,7 @@ static tb_status lower_node(builder *b, int index) {
     }
     switch (n->op) {
     case TB_OP_FULL: {
-        int constant;
+        int constant = -1;
         TB_TRY(constant_buffer(b, (float)n->params.full.value, numel(out), &constant));
         b->value_buffer[n->first_output] = constant;
         return round_result(b, n->first_output);
@@ -418,47 +525,12 @@ static tb_status lower_node(builder *b, int index) {
         b->value_buffer16[n->first_output] = b->value_buffer16[n->inputs[0]];
         b->words_format[n->first_output] = b->words_format[n->inputs[0]];
         return contiguous(info_of(b, n->inputs[0])) ? TB_OK : refuse(b, index, "a permute of a non-contiguous value");
-    case TB_OP_UNARY: {
-        const tb_params_unary *up = &n->params.unary;
-        if (up->op < 0 || up->op >= TB_UNARY_COUNT)
-            return refuse(b, index, "a unary op outside the kernel table");
-        if (!contiguous(info_of(b, n->inputs[0])) || !contiguous(out))
-            return refuse(b, index, "not contiguous");
-        TB_TRY(new_buffer(b, n->first_output));
-        tb_engine_op op = {.kind = TB_ENGINE_OP_UNARY, .code = (int)up->op, .n = numel(out), .alpha = (float)up->alpha,
-                           .lo = (float)up->lo, .hi = (float)up->hi};
-        TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]));
-        return round_result(b, n->first_output);
-    }
+    case TB_OP_UNARY:
     case TB_OP_BINARY:
-    case TB_OP_BINARY_SCALAR: {
-        int code = (int)(n->op == TB_OP_BINARY ? n->params.binary.op : n->params.scalar.op);
-        if (code < 0 || code >= TB_BINARY_COUNT)
-            return refuse(b, index, "a binary op outside the kernel table");
-        int first = n->inputs[0], second = -1;
-        if (n->op == TB_OP_BINARY_SCALAR) {
-            if (n->params.scalar.reverse && !commutative(code))
-                return refuse(b, index, "scalar op x for a non-commutative op");
-            TB_TRY(constant_buffer(b, (float)n->params.scalar.scalar, 1, &second));
-        } else {
-            if (numel(info_of(b, n->inputs[0])) != numel(out) && commutative(code))
-                first = n->inputs[1], second = n->inputs[0]; /* the broadcast operand goes second */
-            else
-                second = n->inputs[1];
-            const tb_value_info *bi = info_of(b, second);
-            if (numel(info_of(b, first)) != numel(out) || !contiguous(info_of(b, first)) || !contiguous(bi) ||
-                !trailing_broadcast(bi, out))
-                return refuse(b, index, "broadcasting other than b over the trailing dims of a");
-            second = b->value_buffer[second];
-        }
-        if (!contiguous(out))
-            return refuse(b, index, "not contiguous");
-        TB_TRY(new_buffer(b, n->first_output));
-        int64_t b_len = n->op == TB_OP_BINARY_SCALAR ? 1 : (int64_t)(b->p->buffer_bytes[second] / sizeof(float));
-        tb_engine_op op = {.kind = TB_ENGINE_OP_BINARY, .code = code, .n = numel(out), .b_len = b_len < 1 ? 1 : b_len};
-        TB_TRY(add_op(b, &op, b->value_buffer[first], second, -1, b->value_buffer[n->first_output]));
-        return round_result(b, n->first_output);
-    }
+    case TB_OP_BINARY_SCALAR:
+        return lower_elementwise(b, index, n);
+    case TB_OP_REDUCE:
+        return lower_reduce(b, index, n);
     case TB_OP_SOFTMAX: {
         const tb_value_info *x = info_of(b, n->inputs[0]);
         int dim;
@@ -482,6 +554,119 @@ static tb_status lower_node(builder *b, int index) {
     default:
         return refuse(b, index, "no kernel for this op on the engine");
     }
+}
+
+/* ---- fusion of elementwise chains ---- */
+
+/* Where a fused op reads buffer `buffer` elementwise (len n, inner 1): its input slot, or -1. */
+static int full_input_slot(const program_op *po, int buffer) {
+    const int slots[TB_ENGINE_FUSED_INPUTS] = {po->a, po->b, po->c, po->d};
+    for (int k = 0; k < po->op.fused.ninputs; k++)
+        if (slots[k] == buffer && po->op.fused.len[k] == po->op.n && po->op.fused.inner[k] == 1)
+            return k;
+    return -1;
+}
+
+/* Appends op `e` to the chain `g` when it fits (registers, steps, inputs): e's reads of g's result
+ * become reads of g's last register, its other inputs join g's (shared where equal). */
+static bool append_to_chain(program_op *g, const program_op *e) {
+    tb_engine_fused merged = g->op.fused;
+    int slots[TB_ENGINE_FUSED_INPUTS] = {g->a, g->b, g->c, g->d};
+    const int e_slots[TB_ENGINE_FUSED_INPUTS] = {e->a, e->b, e->c, e->d};
+    const tb_engine_fused *ef = &e->op.fused;
+    if (merged.nsteps + ef->nsteps > TB_ENGINE_FUSED_STEPS)
+        return false;
+    int reg_of[TB_ENGINE_FUSED_INPUTS + TB_ENGINE_FUSED_STEPS];
+    const int g_result = TB_ENGINE_FUSED_INPUTS + merged.nsteps - 1;
+    for (int k = 0; k < ef->ninputs; k++) {
+        if (e_slots[k] == g->y) { /* g's result, read elementwise (checked by the caller) */
+            reg_of[k] = g_result;
+            continue;
+        }
+        int found = -1;
+        for (int j = 0; j < merged.ninputs && found < 0; j++)
+            if (slots[j] == e_slots[k] && merged.len[j] == ef->len[k] && merged.inner[j] == ef->inner[k])
+                found = j;
+        if (found < 0) {
+            if (merged.ninputs == TB_ENGINE_FUSED_INPUTS)
+                return false;
+            found = merged.ninputs++;
+            slots[found] = e_slots[k];
+            merged.len[found] = ef->len[k];
+            merged.inner[found] = ef->inner[k];
+        }
+        reg_of[k] = found;
+    }
+    for (int s = 0; s < ef->nsteps; s++)
+        reg_of[TB_ENGINE_FUSED_INPUTS + s] = TB_ENGINE_FUSED_INPUTS + merged.nsteps + s;
+    for (int s = 0; s < ef->nsteps; s++) {
+        tb_engine_fused_step st = ef->steps[s];
+        st.lhs = reg_of[st.lhs];
+        if (st.kind == TB_ENGINE_STEP_BINARY)
+            st.rhs = reg_of[st.rhs];
+        merged.steps[merged.nsteps + s] = st;
+    }
+    merged.nsteps += ef->nsteps;
+    g->op.fused = merged;
+    g->a = slots[0];
+    g->b = merged.ninputs > 1 ? slots[1] : -1;
+    g->c = merged.ninputs > 2 ? slots[2] : -1;
+    g->d = merged.ninputs > 3 ? slots[3] : -1;
+    g->y = e->y;
+    return true;
+}
+
+/* Joins each fused op with the fused op right after it when that one is the only reader of its
+ * result, reads it elementwise and covers the same n: the result then stays in a register (no buffer,
+ * no dispatch). Graph outputs, inputs and constants are never folded away. */
+static tb_status fuse_chains(builder *b) {
+    tb_engine_program *p = b->p;
+    int *readers = calloc((size_t)p->nbuffers + 1, sizeof(int));
+    if (!readers)
+        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
+    for (int i = 0; i < p->nops; i++) {
+        const int operands[4] = {p->ops[i].a, p->ops[i].b, p->ops[i].c, p->ops[i].d};
+        for (int r = 0; r < 4; r++)
+            if (operands[r] >= 0)
+                readers[operands[r]]++;
+    }
+    for (int o = 0; o < p->noutputs; o++)
+        readers[p->output_buffers[o]] += 1 << 20;
+    for (int i = 0; i < p->ninputs; i++)
+        readers[p->input_buffers[i]] += 1 << 20;
+    for (int f = 0; f < p->nfills; f++)
+        readers[p->fills[f].buffer] += 1 << 20;
+    for (int s = 0; s < p->nslices; s++)
+        readers[p->slices[s].buffer] += 1 << 20;
+    int kept = 0;
+    for (int i = 0; i < p->nops; i++) {
+        program_op *e = &p->ops[i];
+        if (kept > 0) {
+            program_op *g = &p->ops[kept - 1];
+            int reads = 0;
+            const int e_slots[4] = {e->a, e->b, e->c, e->d};
+            for (int r = 0; r < 4; r++)
+                reads += e_slots[r] == g->y;
+            if (g->op.kind == TB_ENGINE_OP_FUSED && e->op.kind == TB_ENGINE_OP_FUSED && e->op.n == g->op.n && reads > 0 &&
+                readers[g->y] == reads && full_input_slot(e, g->y) >= 0 && e->y != g->a && e->y != g->b &&
+                e->y != g->c && e->y != g->d) {
+                bool elementwise = true; /* every read of g's result is at the element's own index */
+                for (int k = 0; k < e->op.fused.ninputs; k++)
+                    if (e_slots[k] == g->y && (e->op.fused.len[k] != e->op.n || e->op.fused.inner[k] != 1))
+                        elementwise = false;
+                program_op joined = *g;
+                if (elementwise && append_to_chain(&joined, e)) {
+                    /* the chain's new inputs are now read by it, and g's result by nobody */
+                    *g = joined;
+                    continue;
+                }
+            }
+        }
+        p->ops[kept++] = *e;
+    }
+    p->nops = kept;
+    free(readers);
+    return TB_OK;
 }
 
 void tb_engine_program_free(tb_engine_program *p) {
@@ -572,6 +757,7 @@ static tb_status build(builder *b) {
         p->output_buffers[o] = b->value_buffer[value];
         p->output_bytes[o] = (size_t)numel(info) * sizeof(float);
     }
+    TB_TRY(fuse_chains(b));
     /* every op must pass the engine's own checks (sizes, device limits) */
     for (int i = 0; i < p->nops; i++) {
         tb_engine_op probe = p->ops[i].op;
@@ -593,8 +779,8 @@ static tb_status build(builder *b) {
     for (int i = 0; i < p->nbuffers; i++)
         p->buffer_unused[i] = true;
     for (int i = 0; i < p->nops; i++) {
-        const int operands[4] = {p->ops[i].a, p->ops[i].b, p->ops[i].c, p->ops[i].y};
-        for (int r = 0; r < 4; r++)
+        const int operands[5] = {p->ops[i].a, p->ops[i].b, p->ops[i].c, p->ops[i].y, p->ops[i].d};
+        for (int r = 0; r < 5; r++)
             if (operands[r] >= 0)
                 p->buffer_unused[operands[r]] = false;
     }
@@ -688,6 +874,7 @@ tb_status tb_engine_program_run(const tb_engine_program *p, void *const *inputs,
             ops[i].a = po->a >= 0 ? buffers[po->a] : NULL;
             ops[i].b = po->b >= 0 ? buffers[po->b] : NULL;
             ops[i].c = po->c >= 0 ? buffers[po->c] : NULL;
+            ops[i].d = po->d >= 0 ? buffers[po->d] : NULL;
             ops[i].y = buffers[po->y];
         }
         for (int o = 0; o < p->noutputs; o++)

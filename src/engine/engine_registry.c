@@ -34,7 +34,7 @@ const tb_engine *tb_engine_find(const char *name) {
 
 const char *tb_engine_op_kind_name(tb_engine_op_kind kind) {
     static const char *const names[TB_ENGINE_OP_COUNT] = {"unary",   "binary",         "matmul",        "softmax",
-                                                                  "rms_norm", "layer_norm",   "qmatmul",       "llm_rope",
+                                                                  "rms_norm", "layer_norm", "fused", "reduce", "qmatmul",       "llm_rope",
                                                                   "llm_attention", "silu_mul", "copy", "convert16"};
     return (unsigned)kind < TB_ENGINE_OP_COUNT ? names[kind] : "invalid";
 }
@@ -239,6 +239,17 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         *a_bytes = (size_t)(op->a_offset + op->n) * f;
         *y_bytes = (size_t)(op->y_col0 + op->n) * f;
         break;
+    case TB_ENGINE_OP_FUSED: {
+        size_t *in[3] = {a_bytes, b_bytes, c_bytes};
+        for (int k = 0; k < 3 && k < op->fused.ninputs; k++)
+            *in[k] = (size_t)op->fused.len[k] * f;
+        *y_bytes = (size_t)op->n * f;
+        break;
+    }
+    case TB_ENGINE_OP_REDUCE:
+        *a_bytes = (size_t)(op->rows * op->len * op->inner) * f;
+        *y_bytes = (size_t)(op->rows * op->inner) * f;
+        break;
     case TB_ENGINE_OP_CONVERT16:
         *a_bytes = (size_t)op->n * (op->code == 0 ? 2 : f);
         *y_bytes = (size_t)op->n * (op->code == 1 ? 2 : f);
@@ -253,6 +264,8 @@ size_t tb_engine_op_d_extent(const tb_engine_op *op) {
         return (size_t)(op->code == 4 && op->llm.group > 0 ? op->n * (op->k / op->llm.group) : op->n) * sizeof(float);
     if (op->kind == TB_ENGINE_OP_LLM_ROPE && op->d)
         return (size_t)(2 * op->llm.head_dim) * sizeof(float);
+    if (op->kind == TB_ENGINE_OP_FUSED && op->fused.ninputs > 3)
+        return (size_t)op->fused.len[3] * sizeof(float);
     return 0;
 }
 
@@ -294,6 +307,47 @@ static tb_status validate_llm(const tb_engine_op *op) {
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: the output must not alias an input", kind);
     if (op->kind == TB_ENGINE_OP_LLM_ROPE && !(op->eps >= 0.0f))
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm_rope op: eps must be >= 0");
+    return TB_OK;
+}
+
+/* A fused chain's structure: inputs that tile n, steps reading only inputs and earlier steps. */
+static tb_status validate_fused(const tb_engine_op *op) {
+    const tb_engine_fused *f = &op->fused;
+    if (op->n < 0 || op->n > ((int64_t)1 << 40))
+        return tb_error_set(TB_ERR_SHAPE, "fused op: n=%lld is out of range", (long long)op->n);
+    if (f->ninputs < 1 || f->ninputs > TB_ENGINE_FUSED_INPUTS || f->nsteps < 1 || f->nsteps > TB_ENGINE_FUSED_STEPS)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: %d inputs and %d steps (1 to %d inputs, 1 to %d steps)",
+                            f->ninputs, f->nsteps, TB_ENGINE_FUSED_INPUTS, TB_ENGINE_FUSED_STEPS);
+    const tb_engine_buffer *inputs[TB_ENGINE_FUSED_INPUTS] = {op->a, op->b, op->c, op->d};
+    for (int k = 0; k < TB_ENGINE_FUSED_INPUTS; k++) {
+        if (k >= f->ninputs) {
+            if (inputs[k])
+                return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: operand %d is given beyond its %d inputs", k,
+                                    f->ninputs);
+            continue;
+        }
+        const int64_t len = f->len[k], inner = f->inner[k];
+        if (len < 1 || inner < 1 || len > ((int64_t)1 << 31) || inner > ((int64_t)1 << 31) || (op->n > 0 && op->n % (len * inner) != 0))
+            return tb_error_set(TB_ERR_SHAPE, "fused op: input %d (len %lld, inner %lld) does not tile n=%lld", k,
+                                (long long)len, (long long)inner, (long long)op->n);
+        if (inputs[k] == op->y && (len != op->n || inner != 1))
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: the output may alias input %d only when it is full size", k);
+    }
+    for (int s = 0; s < f->nsteps; s++) {
+        const tb_engine_fused_step *st = &f->steps[s];
+        const int registers = TB_ENGINE_FUSED_INPUTS + s;
+        const bool binary = st->kind != TB_ENGINE_STEP_UNARY;
+        if (st->kind < TB_ENGINE_STEP_UNARY || st->kind > TB_ENGINE_STEP_SCALAR_FIRST ||
+            st->code < 0 || st->code >= (binary ? TB_BINARY_COUNT : TB_UNARY_COUNT))
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: step %d has kind %d and code %d", s, st->kind, st->code);
+        const int reads[2] = {st->lhs, st->kind == TB_ENGINE_STEP_BINARY ? st->rhs : st->lhs};
+        for (int r = 0; r < 2; r++)
+            if (reads[r] < 0 || reads[r] >= registers || (reads[r] < TB_ENGINE_FUSED_INPUTS && reads[r] >= f->ninputs))
+                return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: step %d reads register %d, which holds nothing yet",
+                                    s, reads[r]);
+        if (st->kind != TB_ENGINE_STEP_BINARY && st->rhs != 0)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: step %d has one operand, rhs must be 0", s);
+    }
     return TB_OK;
 }
 
@@ -352,6 +406,20 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
         if (op->kind != TB_ENGINE_OP_SOFTMAX && !(op->eps >= 0.0f))
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: eps must be >= 0", kind);
         break;
+    case TB_ENGINE_OP_FUSED:
+        TB_TRY(validate_fused(op));
+        break;
+    case TB_ENGINE_OP_REDUCE:
+        if (op->code < 0 || op->code > 4)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "reduce op: code %d is not 0 (sum), 1 (max), 2 (min), "
+                                "3 (logsumexp) or 4 (mean)", op->code);
+        if (op->rows < 0 || op->len < 1 || op->inner < 1 || op->rows > limit || op->len > limit || op->inner > limit ||
+            op->rows * op->len > limit || op->rows * op->len * op->inner > limit)
+            return tb_error_set(TB_ERR_SHAPE, "reduce op: rows=%lld len=%lld inner=%lld (len and inner must be >= 1)",
+                                (long long)op->rows, (long long)op->len, (long long)op->inner);
+        if (op->y == op->a || op->b || op->c || op->d)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "reduce op takes one input and must not write it");
+        break;
     case TB_ENGINE_OP_QMATMUL:
     case TB_ENGINE_OP_LLM_ROPE:
     case TB_ENGINE_OP_LLM_ATTENTION:
@@ -385,13 +453,17 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
     tb_engine_op_extents(op, &a_bytes, &b_bytes, &c_bytes, &y_bytes);
     TB_TRY(check_buffer(engine, op, "a", op->a, a_bytes));
     TB_TRY(check_buffer(engine, op, "y", op->y, y_bytes));
+    if (op->kind == TB_ENGINE_OP_FUSED) /* every input present: ninputs of them */
+        for (int k = 1; k < op->fused.ninputs; k++)
+            if (!(k == 1 ? op->b : k == 2 ? op->c : op->d))
+                return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: input %d of %d is missing", k, op->fused.ninputs);
     if (op->kind == TB_ENGINE_OP_BINARY || op->kind == TB_ENGINE_OP_MATMUL || op->kind == TB_ENGINE_OP_QMATMUL || op->b)
         TB_TRY(check_buffer(engine, op, "b", op->b, b_bytes));
     if (op->c)
         TB_TRY(check_buffer(engine, op, "c", op->c, c_bytes));
     if (op->d)
         TB_TRY(check_buffer(engine, op, "d", op->d, tb_engine_op_d_extent(op)));
-    if (op->b && op->y == op->b && op->kind != TB_ENGINE_OP_BINARY)
+    if (op->b && op->y == op->b && op->kind != TB_ENGINE_OP_BINARY && op->kind != TB_ENGINE_OP_FUSED)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s op: the output must not alias the weight", kind);
     if (op->kind == TB_ENGINE_OP_BINARY && op->y == op->b && op->b_len != op->n)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "binary op: the output may alias b only when b is full size");

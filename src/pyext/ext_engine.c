@@ -71,7 +71,7 @@ static PyObject *py_engine_info(PyObject *module, PyObject *name_object) {
         snprintf(api, sizeof api, "%u.%u.%u", (info.api_version >> 22) & 0x7Fu, (info.api_version >> 12) & 0x3FFu,
                  info.api_version & 0xFFFu);
     return Py_BuildValue(
-        "{s:s,s:O,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:K,s:K,s:{s:K,s:(III),s:I,s:I,s:I},s:i,s:i,s:K,s:K,s:O,s:K,s:O,s:K,s:K,s:K,s:O}",
+        "{s:s,s:O,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:K,s:K,s:{s:K,s:(III),s:I,s:I,s:I},s:i,s:i,s:K,s:K,s:O,s:K,s:O,s:K,s:K,s:K,s:O,s:K}",
         "engine", engine->name, "available", info.available ? Py_True : Py_False, "reason", info.reason, "backend",
         info.backend, "adapter_name", info.adapter_name, "device_type", info.device_type, "driver_name",
         info.driver_name, "driver_info", info.driver_info, "api_version", api,
@@ -85,7 +85,8 @@ static PyObject *py_engine_info(PyObject *module, PyObject *name_object) {
         info.staging ? Py_True : Py_False, "transfers", (unsigned long long)info.transfers, "subgroup_reductions",
         info.subgroup_reductions ? Py_True : Py_False, "upload_bytes", (unsigned long long)info.upload_bytes,
         "download_bytes", (unsigned long long)info.download_bytes, "batched_copies",
-        (unsigned long long)info.batched_copies, "storage_16bit", info.storage_16bit ? Py_True : Py_False);
+        (unsigned long long)info.batched_copies, "storage_16bit", info.storage_16bit ? Py_True : Py_False,
+        "specialized_pipelines", (unsigned long long)info.specialized_pipelines);
 }
 
 /* Reads optional dict entries into an op. Returns 0 or -1 with an exception. */
@@ -116,6 +117,51 @@ static int name_index(const char *name, const char *const *names, int count) {
         if (strcmp(name, names[i]) == 0)
             return i;
     return -1;
+}
+
+/* A fused op's "inputs": [(len, inner), ...] and "steps": [{"kind": "unary" | "binary" | "scalar" |
+ * "scalar_first", "op": name, "lhs": register, "rhs": register, "alpha", "lo", "hi", "scalar"}, ...]. */
+static int parse_fused(PyObject *dict, tb_engine_fused *f) {
+    PyObject *inputs = PyDict_GetItemString(dict, "inputs"), *steps = PyDict_GetItemString(dict, "steps");
+    if (!inputs || !steps || !PyList_Check(inputs) || !PyList_Check(steps) ||
+        PyList_GET_SIZE(inputs) > TB_ENGINE_FUSED_INPUTS || PyList_GET_SIZE(steps) > TB_ENGINE_FUSED_STEPS) {
+        PyErr_Format(PyExc_ValueError, "engine_run: a fused op needs 'inputs' (a list of at most %d (len, inner) pairs) "
+                     "and 'steps' (a list of at most %d dicts)", TB_ENGINE_FUSED_INPUTS, TB_ENGINE_FUSED_STEPS);
+        return -1;
+    }
+    f->ninputs = (int)PyList_GET_SIZE(inputs);
+    for (int k = 0; k < f->ninputs; k++) {
+        long long len, inner;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(inputs, k), "LL", &len, &inner))
+            return -1;
+        f->len[k] = len;
+        f->inner[k] = inner;
+    }
+    static const char *const kinds[] = {"unary", "binary", "scalar", "scalar_first"};
+    f->nsteps = (int)PyList_GET_SIZE(steps);
+    for (int s = 0; s < f->nsteps; s++) {
+        PyObject *step = PyList_GET_ITEM(steps, s), *kind = PyDict_Check(step) ? PyDict_GetItemString(step, "kind") : NULL;
+        PyObject *name = kind ? PyDict_GetItemString(step, "op") : NULL;
+        const char *kind_name = kind ? PyUnicode_AsUTF8(kind) : NULL, *op_name = name ? PyUnicode_AsUTF8(name) : NULL;
+        tb_engine_fused_step *st = &f->steps[s];
+        st->kind = kind_name ? name_index(kind_name, kinds, 4) : -1;
+        if (st->kind >= 0 && op_name)
+            st->code = st->kind == TB_ENGINE_STEP_UNARY ? name_index(op_name, tb_unary_op_names, TB_UNARY_COUNT)
+                                                        : name_index(op_name, tb_binary_op_names, TB_BINARY_COUNT);
+        if (st->kind < 0 || !op_name || st->code < 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "engine_run: fused step %d needs a 'kind' (unary, binary, scalar, "
+                         "scalar_first) and a known 'op'", s);
+            return -1;
+        }
+        int64_t lhs = 0, rhs = 0;
+        if (get_int(step, "lhs", &lhs) || get_int(step, "rhs", &rhs) || get_float(step, "alpha", &st->alpha) ||
+            get_float(step, "lo", &st->lo) || get_float(step, "hi", &st->hi) || get_float(step, "scalar", &st->scalar))
+            return -1;
+        st->lhs = (int)lhs;
+        st->rhs = (int)rhs;
+    }
+    return 0;
 }
 
 /* op dict -> tb_engine_op; operand entries are indices into `buffers` (None or absent: no operand) */
@@ -155,6 +201,18 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
             return -1;
         }
     }
+    if (op->kind == TB_ENGINE_OP_REDUCE) { /* "op": sum, max, min, logsumexp, mean */
+        const char *code_name = code ? PyUnicode_AsUTF8(code) : NULL;
+        static const char *const reductions[] = {"sum", "max", "min", "logsumexp", "mean"};
+        op->code = code_name ? name_index(code_name, reductions, 5) : -1;
+        if (op->code < 0) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "engine_run: a reduce op needs 'op': sum, max, min, logsumexp or mean");
+            return -1;
+        }
+    }
+    if (op->kind == TB_ENGINE_OP_FUSED && parse_fused(dict, &op->fused) != 0)
+        return -1;
     int64_t trans_b = 0, log = 0, b_format = 0, format = 0, convert_code = 0;
     if (op->kind == TB_ENGINE_OP_CONVERT16) { /* "code": 0 widen, 1 narrow, 2 round; "format": 1 bf16, 2 f16 */
         if (get_int(dict, "code", &convert_code) || get_int(dict, "format", &format))
@@ -167,14 +225,15 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
         get_int(dict, "trans_b", &trans_b) || get_int(dict, "log", &log) || get_float(dict, "eps", &op->eps) ||
         get_float(dict, "alpha", &op->alpha) || get_float(dict, "lo", &op->lo) || get_float(dict, "hi", &op->hi) ||
         get_int(dict, "y_stride", &op->y_stride) || get_int(dict, "y_col0", &op->y_col0) ||
-        get_int(dict, "b_format", &b_format) || get_int(dict, "a_offset", &op->a_offset))
+        get_int(dict, "b_format", &b_format) || get_int(dict, "a_offset", &op->a_offset) ||
+        get_int(dict, "inner", &op->inner))
         return -1;
     op->b_format = (int)b_format;
     op->trans_b = trans_b != 0;
     op->log = log != 0;
-    static const char *const roles[4] = {"a", "b", "c", "y"};
-    tb_engine_buffer **slots[4] = {&op->a, &op->b, &op->c, &op->y};
-    for (int r = 0; r < 4; r++) {
+    static const char *const roles[5] = {"a", "b", "c", "y", "d"};
+    tb_engine_buffer **slots[5] = {&op->a, &op->b, &op->c, &op->y, &op->d};
+    for (int r = 0; r < 5; r++) {
         PyObject *value = PyDict_GetItemString(dict, roles[r]);
         if (!value || value == Py_None)
             continue;

@@ -573,15 +573,15 @@ class Residual(torch.nn.Module):
 
 class Unsupported(torch.nn.Module):
     def forward(self, x):
-        return torch.relu(x).sum(-1)  # a reduction: native in torchburn, not on the vulkan engine
+        return torch.relu(x).var(-1)  # a variance: native in torchburn, not on the vulkan engine
 
-class Mixed(torch.nn.Module):  # GPU (fc1, relu) -> native_cpu (sum, broadcast mul) -> GPU (fc2)
+class Mixed(torch.nn.Module):  # GPU (fc1, relu) -> native_cpu (var) -> GPU (broadcast mul, fc2)
     def __init__(self):
         super().__init__()
         self.fc1, self.fc2 = torch.nn.Linear(24, 40), torch.nn.Linear(40, 8)
     def forward(self, x):
         h = torch.relu(self.fc1(x))
-        return self.fc2(h * h.sum(-1, keepdim=True))
+        return self.fc2(h * h.var(-1, keepdim=True))
 
 models = {
     "mlp": (torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 10)), (5, 64)),
@@ -620,7 +620,7 @@ def test_compiled_models_on_the_gpu_engine(vulkan):
     for name in ("mlp", "norm_softmax", "residual_norm", "relu_sigmoid"):
         assert result[name]["submits"] == 1, (name, result[name])  # the whole graph in one submission
     assert "engine: vulkan (" in result["mlp"]["explain"], result["mlp"]["explain"]
-    # the partitioner asks the engine node by node: relu runs on the GPU, the sum on native_cpu
+    # the partitioner asks the engine node by node: relu runs on the GPU, the variance on native_cpu
     assert result["unsupported"]["submits"] == 1
     assert "engine: native_cpu (engine vulkan does not take node" in result["unsupported"]["explain"]
     mixed = result["mixed"]

@@ -378,6 +378,7 @@ tb_status tb_vk_shutdown_locked(void) {
         for (int k = 0; k < TB_VK_KERNEL_COUNT; k++)
             if (tb_vk.pipelines[k])
                 tb_vk.DestroyPipeline(tb_vk.device, tb_vk.pipelines[k], NULL);
+        tb_vk_fused_release();
         if (tb_vk.descriptor_pool)
             tb_vk.DestroyDescriptorPool(tb_vk.device, tb_vk.descriptor_pool, NULL);
         if (tb_vk.fence)

@@ -270,25 +270,32 @@ static tb_vk_kernel kernel_of(tb_engine_op_kind kind) {
     case TB_ENGINE_OP_LLM_ATTENTION: return TB_VK_KERNEL_LLM_ATTENTION;
     case TB_ENGINE_OP_SILU_MUL: return TB_VK_KERNEL_SILU_MUL;
     case TB_ENGINE_OP_CONVERT16: return TB_VK_KERNEL_CONVERT16;
+    case TB_ENGINE_OP_REDUCE: return TB_VK_KERNEL_REDUCE;
     default: return TB_VK_KERNEL_LAYER_NORM;
     }
 }
 
-static bool supports_locked(const tb_engine_op *op) {
+/* Why the engine does not take `op` (sizes within device limits, features), or NULL. */
+static const char *refusal_locked(const tb_engine_op *op) {
     if (!tb_vk.ready || (unsigned)op->kind >= TB_ENGINE_OP_COUNT)
-        return false;
+        return "the engine is not ready, or the op kind is unknown";
     if (op->b_format != TB_ENGINE_WEIGHT_F32 && (op->kind != TB_ENGINE_OP_MATMUL || !tb_vk.info.storage_16bit))
-        return false; /* 16-bit weights need storageBuffer16BitAccess */
+        return "16-bit weights need storageBuffer16BitAccess"; /* matmul b only */
     if (op->kind == TB_ENGINE_OP_CONVERT16 && !tb_vk.info.storage_16bit)
-        return false; /* and so do 16-bit values */
+        return "16-bit values need storageBuffer16BitAccess";
+    if (op->kind == TB_ENGINE_OP_REDUCE && op->code == TB_REDUCE_LOGSUMEXP)
+        return "there is no logsumexp reduction shader";
     size_t extents[5];
     tb_engine_op_extents(op, &extents[0], &extents[1], &extents[2], &extents[3]);
     extents[4] = tb_engine_op_d_extent(op);
     for (int i = 0; i < 5; i++)
         if (extents[i] > tb_vk.info.max_storage_buffer_range || extents[i] / sizeof(float) >= ((size_t)1 << 31))
-            return false; /* shaders index with 32-bit unsigned integers */
-    return true;
+            return "an operand exceeds the device's maxStorageBufferRange or 2^31 elements; splitting large tensors "
+                   "is not implemented"; /* shaders index with 32-bit unsigned integers */
+    return NULL;
 }
+
+static bool supports_locked(const tb_engine_op *op) { return refusal_locked(op) == NULL; }
 
 static bool vk_supports(const tb_engine_op *op) {
     pthread_mutex_lock(&tb_vk_lock);
@@ -301,6 +308,39 @@ static bool vk_supports(const tb_engine_op *op) {
     return ok;
 }
 
+const tb_spirv_shader *tb_vk_find_shader(const char *name) {
+    char variant[48];
+    snprintf(variant, sizeof variant, "%s_subgroup", name);
+    for (int pass = tb_vk.info.subgroup_reductions ? 0 : 1; pass < 2; pass++)
+        for (int i = 0; i < tb_spirv_shader_count; i++)
+            if (strcmp(tb_spirv_shaders[i].name, pass == 0 ? variant : name) == 0)
+                return &tb_spirv_shaders[i];
+    return NULL;
+}
+
+tb_status tb_vk_create_pipeline(const uint32_t *words, size_t bytes, const VkSpecializationInfo *special, VkPipeline *out) {
+    VkShaderModuleCreateInfo module_create = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                              .codeSize = bytes, .pCode = words};
+    VkShaderModule module;
+    VkResult result = tb_vk.CreateShaderModule(tb_vk.device, &module_create, NULL, &module);
+    if (result != VK_SUCCESS)
+        return tb_vk_fail(result, "vkCreateShaderModule");
+    VkComputePipelineCreateInfo create = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = module, .pName = "main", .pSpecializationInfo = special},
+        .layout = tb_vk.pipeline_layout,
+    };
+    *out = VK_NULL_HANDLE;
+    result = tb_vk.CreateComputePipelines(tb_vk.device, VK_NULL_HANDLE, 1, &create, NULL, out);
+    tb_vk.DestroyShaderModule(tb_vk.device, module, NULL);
+    if (result != VK_SUCCESS) {
+        *out = VK_NULL_HANDLE;
+        return tb_vk_fail(result, "vkCreateComputePipelines");
+    }
+    return TB_OK;
+}
+
 static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
     if (tb_vk.pipelines[kernel]) {
         *out = tb_vk.pipelines[kernel];
@@ -309,35 +349,12 @@ static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
     static const char *const names[TB_VK_KERNEL_COUNT] = {"binary",   "gemv",     "layer_norm",    "matmul",
                                                           "rms_norm", "softmax",  "unary",         "qmatmul",
                                                           "llm_rope", "llm_attention", "silu_mul",
-                                                          "matmul_w16", "gemv_w16", "convert16_w16"};
+                                                          "matmul_w16", "gemv_w16", "convert16_w16", "reduce"};
     /* the subgroup-reduction variant where the device has it (and the kernel reduces), else the plain one */
-    char variant[48];
-    snprintf(variant, sizeof variant, "%s_subgroup", names[kernel]);
-    const tb_spirv_shader *shader = NULL;
-    for (int pass = tb_vk.info.subgroup_reductions ? 0 : 1; pass < 2 && !shader; pass++)
-        for (int i = 0; i < tb_spirv_shader_count && !shader; i++)
-            if (strcmp(tb_spirv_shaders[i].name, pass == 0 ? variant : names[kernel]) == 0)
-                shader = &tb_spirv_shaders[i];
+    const tb_spirv_shader *shader = tb_vk_find_shader(names[kernel]);
     if (!shader)
         return tb_error_set(TB_ERR_INTERNAL, "vulkan: no SPIR-V for kernel '%s'", names[kernel]);
-    VkShaderModuleCreateInfo module_create = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                              .codeSize = shader->bytes, .pCode = shader->words};
-    VkShaderModule module;
-    VkResult result = tb_vk.CreateShaderModule(tb_vk.device, &module_create, NULL, &module);
-    if (result != VK_SUCCESS)
-        return tb_vk_fail(result, "vkCreateShaderModule");
-    VkComputePipelineCreateInfo create = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = module, .pName = "main"},
-        .layout = tb_vk.pipeline_layout,
-    };
-    result = tb_vk.CreateComputePipelines(tb_vk.device, VK_NULL_HANDLE, 1, &create, NULL, &tb_vk.pipelines[kernel]);
-    tb_vk.DestroyShaderModule(tb_vk.device, module, NULL);
-    if (result != VK_SUCCESS) {
-        tb_vk.pipelines[kernel] = VK_NULL_HANDLE;
-        return tb_vk_fail(result, "vkCreateComputePipelines");
-    }
+    TB_TRY(tb_vk_create_pipeline(shader->words, shader->bytes, NULL, &tb_vk.pipelines[kernel]));
     *out = tb_vk.pipelines[kernel];
     return TB_OK;
 }
@@ -366,7 +383,8 @@ static tb_status ensure_descriptor_pool(uint32_t sets) {
 static bool op_is_empty(const tb_engine_op *op) {
     switch (op->kind) {
     case TB_ENGINE_OP_UNARY:
-    case TB_ENGINE_OP_BINARY: return op->n == 0;
+    case TB_ENGINE_OP_BINARY:
+    case TB_ENGINE_OP_FUSED: return op->n == 0;
     case TB_ENGINE_OP_MATMUL:
     case TB_ENGINE_OP_QMATMUL: return op->m == 0 || op->n == 0;
     case TB_ENGINE_OP_LLM_ROPE:
@@ -390,7 +408,10 @@ static tb_status record_op(const tb_engine_op *op) {
     tb_vk_kernel kernel = gemv ? TB_VK_KERNEL_GEMV : kernel_of(op->kind);
     if (w16)
         kernel = gemv ? TB_VK_KERNEL_GEMV_W16 : TB_VK_KERNEL_MATMUL_W16;
-    TB_TRY(pipeline_for(kernel, &pipeline));
+    if (op->kind == TB_ENGINE_OP_FUSED)
+        TB_TRY(tb_vk_fused_pipeline_for(op, &pipeline));
+    else
+        TB_TRY(pipeline_for(kernel, &pipeline));
     VkDescriptorSet set;
     VkDescriptorSetAllocateInfo allocate = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                             .descriptorPool = tb_vk.descriptor_pool, .descriptorSetCount = 1,
@@ -491,6 +512,21 @@ static tb_status record_op(const tb_engine_op *op) {
         push[2] = (uint32_t)op->format;
         gx = groups(op->n, 256, limit[0]);
         break;
+    case TB_ENGINE_OP_FUSED: /* shaders/fused.comp: n, then (len, inner) per input (1, 1 when absent) */
+        push[0] = (uint32_t)op->n;
+        for (int k = 0; k < TB_ENGINE_FUSED_INPUTS; k++) {
+            push[1 + 2 * k] = k < op->fused.ninputs ? (uint32_t)op->fused.len[k] : 1u;
+            push[2 + 2 * k] = k < op->fused.ninputs ? (uint32_t)op->fused.inner[k] : 1u;
+        }
+        gx = groups(op->n, 256, limit[0]);
+        break;
+    case TB_ENGINE_OP_REDUCE: /* shaders/reduce.comp: a workgroup per row, or a thread per output */
+        push[0] = (uint32_t)op->rows;
+        push[1] = (uint32_t)op->len;
+        push[2] = (uint32_t)op->inner;
+        push[3] = (uint32_t)op->code;
+        gx = op->inner == 1 ? groups(op->rows, 1, limit[0]) : groups(op->rows * op->inner, 256, limit[0]);
+        break;
     default:
         push[0] = (uint32_t)op->rows;
         push[1] = (uint32_t)op->len;
@@ -548,13 +584,14 @@ static int downloads_in_run(const tb_engine_download *downloads, int count, VkDe
 /* One submission: queued uploads, the ops (a barrier between consecutive ones), the downloads. */
 static tb_status run_locked(const tb_engine_op *ops, int count, const tb_engine_download *downloads, int ndownloads) {
     TB_TRY(tb_vk_init_locked());
+    if (tb_vk.fused_count + count > TB_VK_FUSED_CACHE_MAX)
+        tb_vk_fused_release(); /* nothing is recorded between runs, so no command buffer uses them */
     int dispatches = 0;
     for (int i = 0; i < count; i++) {
         tb_status status = tb_engine_op_validate(&tb_engine_vulkan, &ops[i]);
-        if (status == TB_OK && !supports_locked(&ops[i]))
-            status = tb_error_set(TB_ERR_UNSUPPORTED,
-                                  "an operand exceeds the device's maxStorageBufferRange (%llu bytes) or 2^31 elements; "
-                                  "splitting large tensors is not implemented",
+        const char *why = status == TB_OK ? refusal_locked(&ops[i]) : NULL;
+        if (why)
+            status = tb_error_set(TB_ERR_UNSUPPORTED, "%s (maxStorageBufferRange %llu bytes)", why,
                                   (unsigned long long)tb_vk.info.max_storage_buffer_range);
         if (status != TB_OK)
             return tb_error_prefix(status, "vulkan: op %d (%s)", i, tb_engine_op_kind_name(ops[i].kind));

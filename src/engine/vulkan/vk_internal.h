@@ -46,6 +46,7 @@ typedef enum tb_vk_kernel {
     TB_VK_KERNEL_MATMUL_W16, /* matmul / gemv with 16-bit b (the *_w16 SPIR-V) */
     TB_VK_KERNEL_GEMV_W16,
     TB_VK_KERNEL_CONVERT16, /* f32 <-> bf16/f16 (convert16_w16 SPIR-V) */
+    TB_VK_KERNEL_REDUCE,
     TB_VK_KERNEL_COUNT
 } tb_vk_kernel;
 
@@ -78,6 +79,16 @@ typedef struct tb_vk_pending_copy {
     VkDeviceSize staging_offset, offset, bytes;
 } tb_vk_pending_copy;
 
+/* Specialization data of a fused chain (shaders/fused.comp): constant 0 the step count, 1 the input
+ * count, 8 + 8 s + {0..7} step s's kind, code, lhs, rhs, alpha, lo, hi, scalar (bit patterns). Unused
+ * steps are zero, so equal chains have equal words: the words are the pipeline cache's key. */
+enum { TB_VK_FUSED_WORDS = 8 + 8 * TB_ENGINE_FUSED_STEPS, TB_VK_FUSED_CACHE_MAX = 256 };
+
+typedef struct tb_vk_fused_pipeline {
+    uint32_t words[TB_VK_FUSED_WORDS];
+    VkPipeline pipeline;
+} tb_vk_fused_pipeline;
+
 typedef struct tb_vk_state {
     bool attempted, ready;
     tb_engine_device_info info; /* also holds the reason when not ready */
@@ -106,6 +117,10 @@ typedef struct tb_vk_state {
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipeline_layout;
     VkPipeline pipelines[TB_VK_KERNEL_COUNT]; /* created on first use */
+    /* fused chains: one specialized pipeline per distinct chain, created on first use; emptied between
+     * runs when full (no recorded command buffer refers to them then) */
+    tb_vk_fused_pipeline *fused;
+    int fused_count;
     VkCommandPool command_pool;
     VkCommandBuffer command_buffer;
     VkFence fence;
@@ -154,6 +169,17 @@ int tb_vk_record_pending_uploads(void);
 bool tb_vk_staging_reserve(size_t bytes, VkDeviceSize *offset);
 /* Drops the queue and the staging buffer (engine shutdown). */
 void tb_vk_staging_release(void);
+
+/* Fused chains (vk_fused.c); callers hold the lock. The pipeline specialized to op->fused, created
+ * and cached on first use (counted in info.specialized_pipelines). */
+tb_status tb_vk_fused_pipeline_for(const tb_engine_op *op, VkPipeline *out);
+/* Destroys the cached fused pipelines (between runs when the cache is full; at shutdown). */
+void tb_vk_fused_release(void);
+/* A compute pipeline from SPIR-V words, with optional specialization (vk_engine.c). */
+tb_status tb_vk_create_pipeline(const uint32_t *words, size_t bytes, const VkSpecializationInfo *special, VkPipeline *out);
+/* The committed SPIR-V of a kernel by name: the _subgroup variant where the device reduces in
+ * subgroups and the shader has one, else the plain one; NULL when absent. */
+const struct tb_spirv_shader *tb_vk_find_shader(const char *name);
 
 /* "vkCreateBuffer failed: VK_ERROR_OUT_OF_DEVICE_MEMORY" and the matching status. */
 tb_status tb_vk_fail(VkResult result, const char *what);

@@ -2,86 +2,15 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "elementwise.glsl"
 
 layout(local_size_x = 256) in;
 layout(std430, set = 0, binding = 0) readonly buffer InputA { float x[]; };
 layout(std430, set = 0, binding = 3) buffer Output { float y[]; };
 layout(push_constant) uniform Params { uint n; uint op; uint b_len; float alpha; float lo; float hi; } p;
 
-// erfc(z) for z >= 0 with relative error below 1.2e-7 (Chebyshev fit from Numerical Recipes, "erfcc")
-float tb_erfc_pos(float z) {
-    float t = 1.0 / (1.0 + 0.5 * z);
-    float poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 +
-                 t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
-    return t * exp(-z * z + poly);
-}
-
-// tanh: an odd Taylor polynomial near 0 (the builtin loses all relative accuracy there on some drivers),
-// 1 - 2 / (exp(2|x|) + 1) elsewhere, saturated past 15 (tanh(15) rounds to 1 in f32)
-float tb_tanh(float v) {
-    if (tb_isnan(v)) return v;
-    float a = abs(v);
-    if (a < 0.2) {
-        float x2 = v * v;
-        return v + v * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0 +
-                   x2 * (-1382.0 / 155925.0)))));
-    }
-    float t = a > 15.0 ? 1.0 : 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
-    return v < 0.0 ? -t : t;
-}
-
-// 1 / (1 + exp(-x)) without overflowing exp for very negative x (keeps tiny results instead of 0)
-float tb_sigmoid(float v) {
-    if (v >= 0.0) return 1.0 / (1.0 + exp(-v));
-    float e = exp(v);
-    return e / (1.0 + e);
-}
-
-// log with relative accuracy near 1, where the builtin only promises 2^-21 absolute: for x in
-// [0.75, 1.5), log x = 2 atanh(u), u = (x - 1) / (x + 1) (x - 1 exact there), |u| < 0.2, as an odd series
-float tb_log(float v) {
-    if (v >= 0.75 && v < 1.5) {
-        float u = (v - 1.0) / (v + 1.0);
-        float u2 = u * u;
-        return 2.0 * u * (1.0 + u2 * (1.0 / 3.0 + u2 * (1.0 / 5.0 + u2 * (1.0 / 7.0 + u2 * (1.0 / 9.0 +
-               u2 * (1.0 / 11.0 + u2 * (1.0 / 13.0)))))));
-    }
-    return log(v);
-}
-
-float apply(float v) {
-    switch (p.op) {
-    case 0u: return -v;
-    case 1u: return abs(v);
-    case 2u: return exp(v);
-    case 3u: return tb_log(v);
-    case 4u: return sqrt(v);
-    case 5u: return inversesqrt(v);
-    case 6u: return sin(v);
-    case 7u: return cos(v);
-    case 8u: return tb_tanh(v);
-    case 9u: return tb_sigmoid(v);
-    case 10u: return tb_isnan(v) ? v : (v > 0.0 ? v : 0.0);
-    case 11u: { // exact GELU: x/2 * erfc(-x/sqrt(2))
-        if (tb_isnan(v)) return v;
-        float z = v * 0.70710678118654752;
-        float e = z >= 0.0 ? 2.0 - tb_erfc_pos(z) : tb_erfc_pos(-z);
-        return 0.5 * v * e;
-    }
-    case 12u: { // x/2 * (1 + tanh(u)) = x * sigmoid(2u), without the cancellation of 1 + tanh(u) near -1
-        if (tb_isnan(v)) return v;
-        float inner = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-        return v * tb_sigmoid(2.0 * inner);
-    }
-    case 13u: return v * tb_sigmoid(v);
-    case 14u: return v > 0.0 ? v : p.alpha * v;
-    case 15u: return tb_isnan(v) ? v : (v < p.lo ? p.lo : (v > p.hi ? p.hi : v));
-    }
-    return v;
-}
-
 void main() {
     uint stride = gl_NumWorkGroups.x * 256u;
     for (uint i = gl_GlobalInvocationID.x; i < p.n; i += stride)
-        y[i] = apply(x[i]);
+        y[i] = tb_unary(p.op, x[i], p.alpha, p.lo, p.hi);
 }

@@ -3,8 +3,9 @@
 
 #include "engine/vulkan/spirv_shaders.h"
 
-extern const uint32_t tb_spirv_binary[2235];
+extern const uint32_t tb_spirv_binary[2264];
 extern const uint32_t tb_spirv_convert16_w16[1737];
+extern const uint32_t tb_spirv_fused[9142];
 extern const uint32_t tb_spirv_gemv[1824];
 extern const uint32_t tb_spirv_gemv_subgroup[1854];
 extern const uint32_t tb_spirv_gemv_w16[1941];
@@ -19,16 +20,19 @@ extern const uint32_t tb_spirv_matmul[2679];
 extern const uint32_t tb_spirv_matmul_w16[2796];
 extern const uint32_t tb_spirv_qmatmul[2035];
 extern const uint32_t tb_spirv_qmatmul_subgroup[2061];
+extern const uint32_t tb_spirv_reduce[2549];
+extern const uint32_t tb_spirv_reduce_subgroup[2683];
 extern const uint32_t tb_spirv_rms_norm[1234];
 extern const uint32_t tb_spirv_rms_norm_subgroup[1264];
 extern const uint32_t tb_spirv_silu_mul[631];
 extern const uint32_t tb_spirv_softmax[1887];
 extern const uint32_t tb_spirv_softmax_subgroup[2025];
-extern const uint32_t tb_spirv_unary[2472];
+extern const uint32_t tb_spirv_unary[2538];
 
 const tb_spirv_shader tb_spirv_shaders[] = {
     {"binary", tb_spirv_binary, sizeof tb_spirv_binary},
     {"convert16_w16", tb_spirv_convert16_w16, sizeof tb_spirv_convert16_w16},
+    {"fused", tb_spirv_fused, sizeof tb_spirv_fused},
     {"gemv", tb_spirv_gemv, sizeof tb_spirv_gemv},
     {"gemv_subgroup", tb_spirv_gemv_subgroup, sizeof tb_spirv_gemv_subgroup},
     {"gemv_w16", tb_spirv_gemv_w16, sizeof tb_spirv_gemv_w16},
@@ -43,6 +47,8 @@ const tb_spirv_shader tb_spirv_shaders[] = {
     {"matmul_w16", tb_spirv_matmul_w16, sizeof tb_spirv_matmul_w16},
     {"qmatmul", tb_spirv_qmatmul, sizeof tb_spirv_qmatmul},
     {"qmatmul_subgroup", tb_spirv_qmatmul_subgroup, sizeof tb_spirv_qmatmul_subgroup},
+    {"reduce", tb_spirv_reduce, sizeof tb_spirv_reduce},
+    {"reduce_subgroup", tb_spirv_reduce_subgroup, sizeof tb_spirv_reduce_subgroup},
     {"rms_norm", tb_spirv_rms_norm, sizeof tb_spirv_rms_norm},
     {"rms_norm_subgroup", tb_spirv_rms_norm_subgroup, sizeof tb_spirv_rms_norm_subgroup},
     {"silu_mul", tb_spirv_silu_mul, sizeof tb_spirv_silu_mul},
