@@ -247,11 +247,90 @@ static void test_vulkan_staging_queue(void) {
     unsetenv("TORCHBURN_VULKAN_ALLOW_CPU");
 }
 
+/* A fused chain on each CPU engine equals the same steps as separate unary/binary ops (bit for bit:
+ * the same kernels), with a row-broadcast input ([3, 1] against [3, 5]) expanded by hand for the
+ * unfused side; reductions over [rows, len, inner] against a direct loop; bad chains are refused. */
+static void test_fused_and_reduce(void) {
+    enum { ROWS = 3, COLS = 5, N = ROWS * COLS };
+    float x[N], row[ROWS], row_full[N], want[N], got[N], scratch[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(i - 7) * 0.37f;
+    for (int r = 0; r < ROWS; r++)
+        row[r] = 0.5f + (float)r;
+    for (int i = 0; i < N; i++)
+        row_full[i] = row[i / COLS];
+    const tb_engine *engines[2] = {&tb_engine_reference, &tb_engine_native_cpu};
+    for (int e = 0; e < 2; e++) {
+        const tb_engine *engine = engines[e];
+        tb_engine_buffer *bx = buffer_with(engine, x, N), *brow = buffer_with(engine, row, ROWS);
+        tb_engine_buffer *bfull = buffer_with(engine, row_full, N), *by = buffer_with(engine, NULL, N);
+        tb_engine_buffer *bt = buffer_with(engine, NULL, N);
+        TB_CHECK(bx && brow && bfull && by && bt);
+        /* y = 1 - tanh(x) * row  (unary, binary with a [3, 1] operand, scalar first) */
+        tb_engine_op fused = {.kind = TB_ENGINE_OP_FUSED, .n = N, .a = bx, .b = brow, .y = by};
+        fused.fused = (tb_engine_fused){.ninputs = 2, .nsteps = 3, .len = {N, ROWS}, .inner = {1, COLS}};
+        fused.fused.steps[0] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_UNARY, .code = TB_UNARY_TANH, .lhs = 0};
+        fused.fused.steps[1] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_BINARY, .code = TB_BINARY_MUL, .lhs = 4, .rhs = 1};
+        fused.fused.steps[2] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_SCALAR_FIRST, .code = TB_BINARY_SUB, .lhs = 5,
+                                                      .scalar = 1.0f};
+        TB_CHECK(engine->run(&fused, 1) == TB_OK);
+        TB_CHECK(engine->buffer_download(by, 0, got, sizeof got) == TB_OK);
+        tb_engine_op steps[2] = {
+            {.kind = TB_ENGINE_OP_UNARY, .code = TB_UNARY_TANH, .n = N, .a = bx, .y = bt},
+            {.kind = TB_ENGINE_OP_BINARY, .code = TB_BINARY_MUL, .n = N, .b_len = N, .a = bt, .b = bfull, .y = bt},
+        };
+        TB_CHECK(engine->run(steps, 2) == TB_OK);
+        TB_CHECK(engine->buffer_download(bt, 0, scratch, sizeof scratch) == TB_OK);
+        for (int i = 0; i < N; i++)
+            want[i] = 1.0f - scratch[i];
+        TB_CHECK(memcmp(got, want, sizeof got) == 0);
+        /* refusals: a register that holds nothing, an input that does not tile n, a missing input */
+        tb_engine_op bad = fused;
+        bad.fused.steps[1].rhs = 6;
+        TB_CHECK(engine->run(&bad, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "reads register 6"));
+        bad = fused;
+        bad.fused.len[1] = 4;
+        TB_CHECK(engine->run(&bad, 1) == TB_ERR_SHAPE && strstr(tb_error_message(), "does not tile n=15"));
+        bad = fused;
+        bad.b = NULL;
+        TB_CHECK(engine->run(&bad, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "input 1 of 2 is missing"));
+        /* reductions of x as [1, 3, 5] over the middle dim (inner 5) and as [3, 5, 1] (rows) */
+        const int codes[4] = {TB_REDUCE_SUM, TB_REDUCE_MAX, TB_REDUCE_MIN, 4};
+        for (int c = 0; c < 4; c++) {
+            tb_engine_op reduce = {.kind = TB_ENGINE_OP_REDUCE, .code = codes[c], .rows = 1, .len = ROWS, .inner = COLS,
+                                   .a = bx, .y = by};
+            TB_CHECK(engine->run(&reduce, 1) == TB_OK);
+            TB_CHECK(engine->buffer_download(by, 0, got, sizeof(float) * COLS) == TB_OK);
+            for (int j = 0; j < COLS; j++) {
+                float acc = x[j];
+                for (int r = 1; r < ROWS; r++) {
+                    const float v = x[r * COLS + j];
+                    acc = codes[c] == TB_REDUCE_MAX ? fmaxf(acc, v) : codes[c] == TB_REDUCE_MIN ? fminf(acc, v) : acc + v;
+                }
+                if (codes[c] == 4)
+                    acc /= (float)ROWS;
+                TB_CHECK(fabsf(got[j] - acc) <= 1e-6f);
+            }
+        }
+        tb_engine_op reduce = {.kind = TB_ENGINE_OP_REDUCE, .code = 5, .rows = ROWS, .len = COLS, .inner = 1, .a = bx, .y = by};
+        TB_CHECK(engine->run(&reduce, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "code 5"));
+        reduce.code = TB_REDUCE_SUM;
+        reduce.y = bx;
+        TB_CHECK(engine->run(&reduce, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "must not write it"));
+        engine->buffer_free(bx);
+        engine->buffer_free(brow);
+        engine->buffer_free(bfull);
+        engine->buffer_free(by);
+        engine->buffer_free(bt);
+    }
+}
+
 int main(void) {
     test_registry();
     test_selection();
     test_validation();
     test_cpu_engines_agree();
+    test_fused_and_reduce();
     test_vulkan();
     test_vulkan_staging_queue();
     tb_engine_vulkan_reset();
