@@ -39,6 +39,13 @@ typedef enum tb_engine_op_kind {
     TB_ENGINE_OP_REDUCE,      /* a viewed as [R = rows, L = len, inner]: y[r * inner + i] = reduce over l of
                                * a[(r * L + l) * inner + i]; code: tb_reduce_op (0 sum, 1 max, 2 min, 3
                                * logsumexp: CPU engines only) or 4 mean; max/min propagate NaN */
+    TB_ENGINE_OP_STRIDED_COPY, /* y (contiguous, n elements of op->strided.shape) = a read at a_offset +
+                               * sum_d index_d * strides[d]: materializes a view (slice, permute, expand) */
+    TB_ENGINE_OP_ATTENTION,   /* scaled dot-product attention (op->attention) over contiguous q = a
+                               * [B, Hq, Tq, D], k = b [B, Hkv, Tk, D], v = c [B, Hkv, Tk, Dv] into y
+                               * [B, Hq, Tq, Dv]; d = an additive float mask read through mask_strides
+                               * (0: broadcast), optional; causal is top-left aligned (key j <= query i);
+                               * a row with every key masked gives 0 */
     /* The LLM forward's ops (src/llm/llm_gpu.c; only GPU engines take them). Fields in op->llm. */
     TB_ENGINE_OP_QMATMUL,     /* y[M,N] = a[M,K] @ dequant(W[N,K]).T + bias(c)[N]; b = the quantized rows
                                * (torchburn/quant.h layout: int8[N,K], or uint8[N,K/2] nibbles q + 8 with
@@ -90,6 +97,20 @@ typedef struct tb_engine_fused {
     tb_engine_fused_step steps[TB_ENGINE_FUSED_STEPS];
 } tb_engine_fused;
 
+enum { TB_ENGINE_STRIDED_DIMS = 6 };
+
+typedef struct tb_engine_strided {
+    int ndim; /* 0 to TB_ENGINE_STRIDED_DIMS; n = the product of shape */
+    int64_t shape[TB_ENGINE_STRIDED_DIMS], strides[TB_ENGINE_STRIDED_DIMS]; /* strides in elements, >= 0 */
+} tb_engine_strided;
+
+typedef struct tb_engine_attention {
+    int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+    int64_t mask_strides[4]; /* over [B, Hq, Tq, Tk] */
+    bool causal;
+    float scale;
+} tb_engine_attention;
+
 /* An engine-owned buffer of `bytes` bytes (opaque; each engine extends it). */
 typedef struct tb_engine_buffer tb_engine_buffer;
 
@@ -125,6 +146,8 @@ typedef struct tb_engine_op {
     int64_t y_stride, y_col0;
     int64_t a_offset; /* copy: the first float of a that is read */
     tb_engine_fused fused; /* fused: the chain */
+    tb_engine_strided strided; /* strided_copy: the view read from a (at a_offset) */
+    tb_engine_attention attention;
     tb_engine_buffer *a, *b, *c; /* inputs; NULL when absent (b: weight / matmul B, c: bias) */
     tb_engine_buffer *d;         /* fourth input of the LLM ops (scales, norm weights); NULL otherwise */
     tb_engine_buffer *y;         /* output; may equal a for unary, binary and row ops (in place) */

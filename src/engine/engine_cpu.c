@@ -128,6 +128,47 @@ static void run_reduce(const tb_engine_op *op, const tb_elementwise_kernels *ker
             y[i] = y[i] / (float)op->len;
 }
 
+static void run_strided_copy(const tb_engine_op *op) {
+    const tb_engine_strided *st = &op->strided;
+    const float *a = data(op->a);
+    float *y = data(op->y);
+    int64_t index[TB_ENGINE_STRIDED_DIMS] = {0};
+    int64_t at = op->a_offset;
+    for (int64_t i = 0; i < op->n; i++) {
+        y[i] = a[at];
+        for (int d = st->ndim - 1; d >= 0; d--) { /* odometer: the last dim fastest */
+            at += st->strides[d];
+            if (++index[d] < st->shape[d])
+                break;
+            at -= st->strides[d] * st->shape[d];
+            index[d] = 0;
+        }
+    }
+}
+
+/* The kernel library's attention over contiguous [B, H, T, D] operands. */
+static tb_status run_attention(const tb_engine_op *op, tb_isa isa) {
+    const tb_engine_attention *at = &op->attention;
+    tb_attention_desc desc = {.batch = at->batch, .q_heads = at->q_heads, .kv_heads = at->kv_heads, .q_len = at->q_len,
+                              .kv_len = at->kv_len, .head_dim = at->head_dim, .value_dim = at->value_dim,
+                              .q = data(op->a), .k = data(op->b), .v = data(op->c), .out = data(op->y),
+                              .float_mask = data(op->d), .causal = at->causal, .scale = at->scale};
+    const int64_t q_rows[2] = {at->q_heads, at->q_len}, kv_rows[2] = {at->kv_heads, at->kv_len};
+    int64_t *strides[4] = {desc.q_strides, desc.k_strides, desc.v_strides, desc.out_strides};
+    const int64_t widths[4] = {at->head_dim, at->head_dim, at->value_dim, at->value_dim};
+    for (int t = 0; t < 4; t++) {
+        const int64_t *rows = t == 1 || t == 2 ? kv_rows : q_rows;
+        strides[t][3] = 1;
+        strides[t][2] = widths[t];
+        strides[t][1] = rows[1] * widths[t];
+        strides[t][0] = rows[0] * rows[1] * widths[t];
+    }
+    memcpy(desc.float_mask_strides, at->mask_strides, sizeof desc.float_mask_strides);
+    if (at->batch == 0 || at->q_len == 0)
+        return TB_OK;
+    return tb_attention_f32_isa(&desc, isa);
+}
+
 /* One op on host memory with the given kernel table and GEMM level. */
 static tb_status run_one(const tb_engine_op *op, const tb_elementwise_kernels *kernels, tb_isa gemm_isa) {
     float *a = data(op->a), *b = data(op->b), *c = data(op->c), *y = data(op->y);
@@ -173,6 +214,11 @@ static tb_status run_one(const tb_engine_op *op, const tb_elementwise_kernels *k
     case TB_ENGINE_OP_REDUCE:
         run_reduce(op, kernels);
         return TB_OK;
+    case TB_ENGINE_OP_STRIDED_COPY:
+        run_strided_copy(op);
+        return TB_OK;
+    case TB_ENGINE_OP_ATTENTION:
+        return run_attention(op, gemm_isa);
     default:
         return tb_error_set(TB_ERR_INTERNAL, "cpu engine: unhandled op kind %d", (int)op->kind);
     }

@@ -26,6 +26,7 @@
  * maxStorageBufferRange is split by rows into parts that fit, each its own buffer filled from a slice
  * of the input, one matmul op per part writing its columns of y; an input read only by such parts is
  * never made into a buffer. Any other operand over the limit refuses the graph, naming the sizes. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,11 @@ typedef struct builder {
                         * source's words until an op needs f32: a matmul B reads them as they are) */
     bool storage16;    /* the engine has 16-bit storage: 16-bit values are taken */
     bool *live;
+    /* per value: how its elements lie in its buffer (shape as the graph's, strides of the data), and the
+     * element they start at. Views alias their input's buffer with a re-inferred layout; an op that
+     * needs a contiguous operand materializes it first (a strided_copy op) */
+    tb_value_info *layout;
+    int64_t *offset;
     int op_capacity, fill_capacity;
     uint64_t buffer_range; /* the engine's maxStorageBufferRange (0: no limit) */
 } builder;
@@ -88,6 +94,28 @@ static bool contiguous(const tb_value_info *info) {
     return true;
 }
 
+/* A permutation of a contiguous layout: its elements fill exactly numel consecutive slots (a transposed
+ * activation handed to a region). */
+static bool dense_permuted(const tb_value_info *info) {
+    int order[TB_MAX_DIMS], count = 0;
+    for (int d = 0; d < info->ndim; d++)
+        if (info->shape[d] != 1)
+            order[count++] = d;
+    for (int i = 1; i < count; i++) /* by stride, innermost first */
+        for (int j = i; j > 0 && info->strides[order[j]] < info->strides[order[j - 1]]; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t expected = 1;
+    for (int i = 0; i < count; i++) {
+        if (info->strides[order[i]] != expected)
+            return false;
+        expected *= info->shape[order[i]];
+    }
+    return true;
+}
+
 static int64_t numel(const tb_value_info *info) {
     int64_t n = 1;
     for (int d = 0; d < info->ndim; d++)
@@ -96,6 +124,18 @@ static int64_t numel(const tb_value_info *info) {
 }
 
 static const tb_value_info *info_of(const builder *b, int value) { return &b->graph->values[value].info; }
+static const tb_value_info *layout_of(const builder *b, int value) { return &b->layout[value]; }
+
+/* The value's data is contiguous from the start of its buffer. */
+static bool dense(const builder *b, int value) { return contiguous(&b->layout[value]) && b->offset[value] == 0; }
+
+static void set_contiguous_layout(builder *b, int value) {
+    const tb_value_info *info = info_of(b, value);
+    int64_t shape[TB_MAX_DIMS];
+    memcpy(shape, info->shape, sizeof shape);
+    tb_info_contiguous(&b->layout[value], info->dtype, info->ndim, shape);
+    b->offset[value] = 0;
+}
 
 static tb_status refuse(const builder *b, int node, const char *why) {
     const tb_node *n = &b->graph->nodes[node];
@@ -110,6 +150,7 @@ static tb_status new_buffer(builder *b, int value) {
     b->p->buffer_bytes = grown;
     grown[b->p->nbuffers] = (size_t)numel(info_of(b, value)) * sizeof(float);
     b->value_buffer[value] = b->p->nbuffers++;
+    set_contiguous_layout(b, value);
     return TB_OK;
 }
 
@@ -132,6 +173,7 @@ static tb_status new_buffer16(builder *b, int value) {
     grown[b->p->nbuffers] = (size_t)numel(info_of(b, value)) * 2;
     b->value_buffer16[value] = b->p->nbuffers++;
     b->words_format[value] = format_of(info_of(b, value)->dtype);
+    set_contiguous_layout(b, value);
     return TB_OK;
 }
 
@@ -179,7 +221,11 @@ static tb_status ensure_f32(builder *b, int value) {
     const int words = b->value_buffer16[value];
     if (words < 0)
         return tb_error_set(TB_ERR_INTERNAL, "engine program: value %d has no buffer", value);
+    const tb_value_info layout = b->layout[value]; /* widening keeps the words' memory order */
+    const int64_t offset = b->offset[value];
     TB_TRY(new_buffer(b, value));
+    b->layout[value] = layout;
+    b->offset[value] = offset;
     tb_engine_op widen = {.kind = TB_ENGINE_OP_CONVERT16, .code = 0, .format = b->words_format[value],
                           .n = numel(info_of(b, value))};
     return add_op(b, &widen, words, -1, -1, b->value_buffer[value]);
@@ -212,6 +258,74 @@ static tb_status add_fused(builder *b, const tb_engine_op *op, const int *inputs
     const int n = op->fused.ninputs;
     TB_TRY(add_op(b, op, inputs[0], n > 1 ? inputs[1] : -1, n > 2 ? inputs[2] : -1, y));
     b->p->ops[b->p->nops - 1].d = n > 3 ? inputs[3] : -1;
+    return TB_OK;
+}
+
+/* Makes `value` dense (contiguous from offset 0): a strided_copy of its f32 data into a new buffer,
+ * which later readers share. Size-1 dims are dropped; more than TB_ENGINE_STRIDED_DIMS others refuse. */
+static tb_status materialize(builder *b, int node, int value) {
+    if (dense(b, value))
+        return TB_OK;
+    if (b->value_buffer[value] < 0)
+        return refuse(b, node, "a strided view of 16-bit words");
+    const tb_value_info *l = &b->layout[value];
+    tb_engine_op copy = {.kind = TB_ENGINE_OP_STRIDED_COPY, .n = numel(l), .a_offset = b->offset[value]};
+    for (int d = 0; d < l->ndim; d++) {
+        if (l->shape[d] == 1)
+            continue;
+        if (copy.strided.ndim == TB_ENGINE_STRIDED_DIMS)
+            return refuse(b, node, "a strided view of more than 6 dims (other than 1)");
+        copy.strided.shape[copy.strided.ndim] = l->shape[d];
+        copy.strided.strides[copy.strided.ndim++] = l->strides[d];
+    }
+    const int source = b->value_buffer[value];
+    TB_TRY(new_buffer(b, value));
+    b->value_buffer16[value] = -1; /* the words (a view of them) no longer describe the value's buffer */
+    return add_op(b, &copy, source, -1, -1, b->value_buffer[value]);
+}
+
+/* The value `out` as an alias of `in`'s buffers with the given layout and offset. */
+static void alias_value(builder *b, int out, int in, const tb_value_info *layout, int64_t offset) {
+    b->value_buffer[out] = b->value_buffer[in];
+    b->value_buffer16[out] = b->value_buffer16[in];
+    b->words_format[out] = b->words_format[in];
+    b->layout[out] = *layout;
+    b->offset[out] = offset;
+}
+
+/* VIEW, PERMUTE, EXPAND, SLICE: an alias of the input's buffer, the layout re-inferred from the
+ * input's actual one (as the CPU planner does); a VIEW the layout cannot express materializes first. */
+static tb_status lower_view(builder *b, int index, const tb_node *n) {
+    const int in = n->inputs[0], out = n->first_output;
+    const tb_value_info *want = info_of(b, out);
+    const bool same_span = n->op == TB_OP_PERMUTE || n->op == TB_OP_VIEW; /* covers the input's elements exactly */
+    if (!same_span || !dense(b, in)) /* offsets and strides address f32 data: widen 16-bit words first */
+        TB_TRY(ensure_f32(b, in));
+    tb_value_info layout;
+    int64_t offset = b->offset[in];
+    if (n->op == TB_OP_VIEW) {
+        int64_t strides[TB_MAX_DIMS];
+        if (!tb_view_strides(&b->layout[in], want->ndim, want->shape, strides)) {
+            TB_TRY(ensure_f32(b, in));
+            TB_TRY(materialize(b, index, in));
+            offset = 0;
+            TB_TRY(tb_view_strides(&b->layout[in], want->ndim, want->shape, strides) ? TB_OK
+                   : refuse(b, index, "a view of a contiguous value failed"));
+        }
+        layout = *want;
+        memcpy(layout.strides, strides, sizeof strides);
+    } else {
+        const tb_value_info *inputs[1] = {&b->layout[in]};
+        TB_TRY(tb_graph_op_infer(n->op)(&n->params, 1, inputs, &layout));
+        if (n->op == TB_OP_SLICE) {
+            int dim;
+            int64_t start, end;
+            TB_TRY(tb_normalize_dim(n->params.slice.dim, b->layout[in].ndim, &dim));
+            tb_slice_bounds(&n->params.slice, b->layout[in].shape[dim], &start, &end);
+            offset += start * b->layout[in].strides[dim];
+        }
+    }
+    alias_value(b, out, in, &layout, offset);
     return TB_OK;
 }
 
@@ -292,7 +406,7 @@ static tb_status lower_elementwise(builder *b, int index, const tb_node *n) {
     const int operands = n->op == TB_OP_BINARY && n->inputs[1] != n->inputs[0] ? 2 : 1;
     for (int k = 0; k < operands; k++) {
         const tb_value_info *in = info_of(b, n->inputs[k]);
-        if (!contiguous(in) || !broadcast_pattern(in, out, &op.fused.len[k], &op.fused.inner[k]))
+        if (!dense(b, n->inputs[k]) || !broadcast_pattern(in, out, &op.fused.len[k], &op.fused.inner[k]))
             return refuse(b, index, "an operand broadcast over more than one block of dims, or not contiguous");
         inputs[k] = b->value_buffer[n->inputs[k]];
     }
@@ -310,7 +424,7 @@ static tb_status lower_reduce(builder *b, int index, const tb_node *n) {
         return refuse(b, index, "a reduction outside the kernel table");
     if (out->dtype != x->dtype)
         return refuse(b, index, "a reduction into another dtype");
-    if (!contiguous(x) || !contiguous(out))
+    if (!dense(b, n->inputs[0]) || !contiguous(out))
         return refuse(b, index, "not contiguous");
     const uint64_t mask = rp->dim_mask ? (uint64_t)rp->dim_mask : (x->ndim > 0 ? (((uint64_t)1 << x->ndim) - 1) : 0);
     int lo = -1, hi = -1;
@@ -334,30 +448,32 @@ static tb_status lower_reduce(builder *b, int index, const tb_node *n) {
 
 static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     const tb_params_matmul *mp = &n->params.matmul;
-    const tb_value_info *x = info_of(b, n->inputs[0]), *w = info_of(b, n->inputs[1]), *out = info_of(b, n->first_output);
+    const tb_value_info *x = info_of(b, n->inputs[0]), *w = layout_of(b, n->inputs[1]), *out = info_of(b, n->first_output);
     if (w->ndim != 2 || x->ndim < 1)
         return refuse(b, index, "only a 2-D B (no batched matmul)");
-    if (!contiguous(x))
+    if (!dense(b, n->inputs[0]))
         return refuse(b, index, "A is not contiguous");
     int64_t k = w->shape[0], cols = w->shape[1];
     bool trans_b;
-    if (contiguous(w))
-        trans_b = false;
-    else if (w->strides[0] == 1 && w->strides[1] == k)
+    if (b->offset[n->inputs[1]] == 0 && !contiguous(w) && w->strides[0] == 1 && w->strides[1] == k) {
         trans_b = true; /* a [N, K] weight seen through a transpose */
-    else
-        return refuse(b, index, "B has a layout other than [K, N] or [N, K]");
+    } else {
+        TB_TRY(ensure_f32(b, n->inputs[1]));
+        TB_TRY(materialize(b, index, n->inputs[1]));
+        w = layout_of(b, n->inputs[1]);
+        trans_b = false;
+    }
     int next = 2;
     int bias = -1, residual = -1;
     if (mp->has_bias) {
         const tb_value_info *bi = info_of(b, n->inputs[next]);
-        if (numel(bi) != cols || !contiguous(bi))
+        if (numel(bi) != cols || !dense(b, n->inputs[next]))
             return refuse(b, index, "the bias is not a contiguous [N]");
         bias = b->value_buffer[n->inputs[next++]];
     }
     if (mp->has_residual) {
         const tb_value_info *r = info_of(b, n->inputs[next]);
-        if (numel(r) != numel(out) || !contiguous(r))
+        if (numel(r) != numel(out) || !dense(b, n->inputs[next]))
             return refuse(b, index, "the residual is not a contiguous [..., M, N]");
         residual = b->value_buffer[n->inputs[next++]];
     }
@@ -441,6 +557,44 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     return round_result(b, n->first_output);
 }
 
+/* ATTENTION (inference: its log-sum-exp unused) over dense q, k, v; an additive float mask read through
+ * its strides (size-1 dims broadcast). The output is written contiguous [B, H, Tq, Dv] whatever layout
+ * the graph gave it (readers re-infer their views from the buffer's layout). */
+static tb_status lower_attention(builder *b, int index, const tb_node *n) {
+    const tb_params_attention *ap = &n->params.attention;
+    if (b->live[n->first_output + 1])
+        return refuse(b, index, "its log-sum-exp output is used (a training graph)");
+    const tb_value_info *q = info_of(b, n->inputs[0]), *k = info_of(b, n->inputs[1]), *v = info_of(b, n->inputs[2]);
+    const int nd = q->ndim;
+    for (int i = 0; i < 3; i++)
+        if (!dense(b, n->inputs[i]))
+            return refuse(b, index, "q, k and v must be contiguous");
+    tb_engine_op op = {.kind = TB_ENGINE_OP_ATTENTION};
+    tb_engine_attention *at = &op.attention;
+    *at = (tb_engine_attention){.batch = q->shape[0], .q_heads = nd == 4 ? q->shape[1] : 1,
+                                .kv_heads = nd == 4 ? k->shape[1] : 1, .q_len = q->shape[nd - 2],
+                                .kv_len = k->shape[nd - 2], .head_dim = q->shape[nd - 1],
+                                .value_dim = v->shape[nd - 1], .causal = ap->causal != 0, .scale = (float)ap->scale};
+    if (!(at->scale > 0.0f) && !(at->scale < 0.0f))
+        at->scale = 1.0f / sqrtf((float)at->head_dim);
+    if (at->head_dim > 512 || at->value_dim > 512 || at->head_dim < 1 || at->value_dim < 1)
+        return refuse(b, index, "a head dim outside 1..512");
+    int mask = -1;
+    if (ap->has_mask) {
+        const tb_value_info *m = layout_of(b, n->inputs[3]);
+        if (nd != 4 || m->ndim > 4)
+            return refuse(b, index, "a mask on 3-D attention");
+        for (int d = 0; d < m->ndim; d++)
+            at->mask_strides[d + 4 - m->ndim] = m->shape[d] == 1 ? 0 : m->strides[d];
+        mask = b->value_buffer[n->inputs[3]];
+    }
+    TB_TRY(new_buffer(b, n->first_output));
+    TB_TRY(add_op(b, &op, b->value_buffer[n->inputs[0]], b->value_buffer[n->inputs[1]], b->value_buffer[n->inputs[2]],
+                  b->value_buffer[n->first_output]));
+    b->p->ops[b->p->nops - 1].d = mask;
+    return round_result(b, n->first_output);
+}
+
 static tb_status lower_norm(builder *b, int index, const tb_node *n) {
     const tb_params_norm *np = &n->params.norm;
     const tb_value_info *x = info_of(b, n->inputs[0]);
@@ -448,7 +602,7 @@ static tb_status lower_norm(builder *b, int index, const tb_node *n) {
         return refuse(b, index, "fused epilogues are not taken");
     if (n->op == TB_OP_LAYER_NORM && (b->live[n->first_output + 1] || b->live[n->first_output + 2]))
         return refuse(b, index, "its mean/rstd outputs are used");
-    if (!contiguous(x))
+    if (!dense(b, n->inputs[0]))
         return refuse(b, index, "x is not contiguous");
     int64_t len = 1;
     for (int d = x->ndim - (int)np->normalized_ndim; d < x->ndim; d++)
@@ -483,15 +637,18 @@ static tb_status lower_node(builder *b, int index) {
     const bool same_dtype = first_in >= 0 && info_of(b, first_in)->dtype == out->dtype;
     const bool widening_copy = n->op == TB_OP_COPY && !same_dtype && format_of(out->dtype) == 0 &&
                                b->value_buffer[first_in] < 0 && b->value_buffer16[first_in] >= 0;
-    const bool alias = n->op == TB_OP_VIEW || n->op == TB_OP_PERMUTE || widening_copy || (n->op == TB_OP_COPY && same_dtype);
+    const bool alias = n->op == TB_OP_VIEW || n->op == TB_OP_PERMUTE || n->op == TB_OP_EXPAND || n->op == TB_OP_SLICE ||
+                       widening_copy || (n->op == TB_OP_COPY && same_dtype);
     for (int i = 0; i < n->ninputs; i++) {
         const char *why = dtype_refusal(b, info_of(b, n->inputs[i])->dtype);
         if (why)
             return refuse(b, index, why);
         if (b->value_buffer[n->inputs[i]] < 0 && b->value_buffer16[n->inputs[i]] < 0)
             return refuse(b, index, "an operand has no buffer");
-        if (!alias && !(n->op == TB_OP_MATMUL && i == 1)) /* a matmul may read B's 16-bit words */
+        if (!alias && !(n->op == TB_OP_MATMUL && i == 1)) { /* a matmul may read B's 16-bit words */
             TB_TRY(ensure_f32(b, n->inputs[i]));
+            TB_TRY(materialize(b, index, n->inputs[i]));
+        }
     }
     switch (n->op) {
     case TB_OP_FULL: {
@@ -501,30 +658,28 @@ static tb_status lower_node(builder *b, int index) {
         return round_result(b, n->first_output);
     }
     case TB_OP_VIEW:
-    case TB_OP_COPY:
-        if (!contiguous(info_of(b, n->inputs[0])) || !contiguous(out))
-            return refuse(b, index, "a non-contiguous view or copy");
-        if (!alias || widening_copy) { /* to another dtype: f32 aliases the f32 buffer or the words (the
-                                        * widening is exact), a 16-bit target rounds into its format */
-            if (format_of(out->dtype) == 0) {
-                b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]];
-                b->value_buffer16[n->first_output] = b->value_buffer16[n->inputs[0]];
-                b->words_format[n->first_output] = b->words_format[n->inputs[0]];
-                return TB_OK;
-            }
-            TB_TRY(new_buffer(b, n->first_output));
-            tb_engine_op round = {.kind = TB_ENGINE_OP_CONVERT16, .code = 2, .format = format_of(out->dtype), .n = numel(out)};
-            return add_op(b, &round, b->value_buffer[n->inputs[0]], -1, -1, b->value_buffer[n->first_output]);
+    case TB_OP_PERMUTE:
+    case TB_OP_EXPAND:
+    case TB_OP_SLICE:
+        return lower_view(b, index, n);
+    case TB_OP_COPY: {
+        const int in = n->inputs[0];
+        if (alias && !widening_copy) { /* same dtype: the value as it lies (readers materialize if needed) */
+            alias_value(b, n->first_output, in, &b->layout[in], b->offset[in]);
+            return TB_OK;
         }
-        b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]];
-        b->value_buffer16[n->first_output] = b->value_buffer16[n->inputs[0]];
-        b->words_format[n->first_output] = b->words_format[n->inputs[0]];
-        return TB_OK;
-    case TB_OP_PERMUTE: /* only a matmul B may read it */
-        b->value_buffer[n->first_output] = b->value_buffer[n->inputs[0]];
-        b->value_buffer16[n->first_output] = b->value_buffer16[n->inputs[0]];
-        b->words_format[n->first_output] = b->words_format[n->inputs[0]];
-        return contiguous(info_of(b, n->inputs[0])) ? TB_OK : refuse(b, index, "a permute of a non-contiguous value");
+        /* to another dtype: f32 aliases the f32 buffer or the words (the widening is exact), a 16-bit
+         * target rounds into its format */
+        if (format_of(out->dtype) == 0) {
+            tb_value_info layout = b->layout[in];
+            layout.dtype = out->dtype;
+            alias_value(b, n->first_output, in, &layout, b->offset[in]);
+            return TB_OK;
+        }
+        TB_TRY(new_buffer(b, n->first_output));
+        tb_engine_op round = {.kind = TB_ENGINE_OP_CONVERT16, .code = 2, .format = format_of(out->dtype), .n = numel(out)};
+        return add_op(b, &round, b->value_buffer[in], -1, -1, b->value_buffer[n->first_output]);
+    }
     case TB_OP_UNARY:
     case TB_OP_BINARY:
     case TB_OP_BINARY_SCALAR:
@@ -535,7 +690,7 @@ static tb_status lower_node(builder *b, int index) {
         const tb_value_info *x = info_of(b, n->inputs[0]);
         int dim;
         TB_TRY(tb_normalize_dim(n->params.softmax.dim, x->ndim > 0 ? x->ndim : 1, &dim));
-        if ((x->ndim > 0 && dim != x->ndim - 1) || !contiguous(x))
+        if ((x->ndim > 0 && dim != x->ndim - 1) || !dense(b, n->inputs[0]))
             return refuse(b, index, "softmax over a dim other than the last, or not contiguous");
         int64_t len = x->ndim > 0 ? x->shape[x->ndim - 1] : 1;
         TB_TRY(new_buffer(b, n->first_output));
@@ -551,6 +706,8 @@ static tb_status lower_node(builder *b, int index) {
         return lower_norm(b, index, n);
     case TB_OP_MATMUL:
         return lower_matmul(b, index, n);
+    case TB_OP_ATTENTION:
+        return lower_attention(b, index, n);
     default:
         return refuse(b, index, "no kernel for this op on the engine");
     }
@@ -717,15 +874,17 @@ static tb_status build(builder *b) {
             continue;
         const tb_value_info *info = info_of(b, n->first_output);
         const char *why = dtype_refusal(b, info->dtype);
-        if (why || !contiguous(info))
-            return refuse(b, i, why ? why : "graph inputs must be contiguous");
+        if (why || !dense_permuted(info))
+            return refuse(b, i, why ? why : "graph inputs must be contiguous (or a permutation of contiguous)");
         if (format_of(info->dtype) > 0) { /* uploaded as 16-bit words, widened where an op reads them */
             TB_TRY(new_buffer16(b, n->first_output));
+            b->layout[n->first_output] = *info; /* as it lies in memory */
             p->input_buffers[input] = b->value_buffer16[n->first_output];
             p->input_bytes[input++] = (size_t)numel(info) * 2;
             continue;
         }
         TB_TRY(new_buffer(b, n->first_output));
+        b->layout[n->first_output] = *info;
         p->input_buffers[input] = b->value_buffer[n->first_output];
         p->input_bytes[input++] = (size_t)numel(info) * sizeof(float);
     }
@@ -740,9 +899,12 @@ static tb_status build(builder *b) {
         int value = graph->outputs[o];
         const tb_value_info *info = info_of(b, value);
         const int format = format_of(info->dtype);
-        if (dtype_refusal(b, info->dtype) || !contiguous(info) ||
-            (b->value_buffer[value] < 0 && b->value_buffer16[value] < 0))
-            return refuse(b, graph->values[value].node, "graph outputs must be contiguous float32, float16 or bfloat16");
+        if (dtype_refusal(b, info->dtype) || (b->value_buffer[value] < 0 && b->value_buffer16[value] < 0))
+            return refuse(b, graph->values[value].node, "graph outputs must be float32, float16 or bfloat16");
+        if (!dense(b, value)) { /* a view: downloaded contiguous */
+            TB_TRY(ensure_f32(b, value));
+            TB_TRY(materialize(b, graph->values[value].node, value));
+        }
         if (format > 0) { /* downloaded as 16-bit words: narrowed from the (already rounded) f32 buffer */
             if (b->value_buffer16[value] < 0) {
                 TB_TRY(new_buffer16(b, value));
@@ -800,8 +962,10 @@ tb_status tb_engine_program_build(const tb_engine *engine, const tb_graph *graph
     b.value_buffer16 = malloc(sizeof(int) * (size_t)(graph->nvalues + 1));
     b.words_format = calloc((size_t)graph->nvalues + 1, sizeof(int));
     b.live = calloc((size_t)graph->nvalues + 1, sizeof(bool));
+    b.layout = calloc((size_t)graph->nvalues + 1, sizeof *b.layout);
+    b.offset = calloc((size_t)graph->nvalues + 1, sizeof *b.offset);
     tb_status status = TB_OK;
-    if (!b.p || !b.value_buffer || !b.value_buffer16 || !b.words_format || !b.live) {
+    if (!b.p || !b.value_buffer || !b.value_buffer16 || !b.words_format || !b.live || !b.layout || !b.offset) {
         status = tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
     } else {
         b.p->engine = engine;
@@ -817,6 +981,8 @@ tb_status tb_engine_program_build(const tb_engine *engine, const tb_graph *graph
     free(b.value_buffer16);
     free(b.words_format);
     free(b.live);
+    free(b.layout);
+    free(b.offset);
     if (status != TB_OK) {
         tb_engine_program_free(b.p);
         return status;

@@ -1,6 +1,7 @@
 /* The engine registry, the selection from TORCHBURN_ENGINE / TORCHBURN_DEVICE, and the validation of
  * ops that every engine shares. */
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ const tb_engine *tb_engine_find(const char *name) {
 
 const char *tb_engine_op_kind_name(tb_engine_op_kind kind) {
     static const char *const names[TB_ENGINE_OP_COUNT] = {"unary",   "binary",         "matmul",        "softmax",
-                                                                  "rms_norm", "layer_norm", "fused", "reduce", "qmatmul",       "llm_rope",
+                                                                  "rms_norm", "layer_norm", "fused", "reduce", "strided_copy", "attention", "qmatmul",       "llm_rope",
                                                                   "llm_attention", "silu_mul", "copy", "convert16"};
     return (unsigned)kind < TB_ENGINE_OP_COUNT ? names[kind] : "invalid";
 }
@@ -250,6 +251,22 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         *a_bytes = (size_t)(op->rows * op->len * op->inner) * f;
         *y_bytes = (size_t)(op->rows * op->inner) * f;
         break;
+    case TB_ENGINE_OP_STRIDED_COPY: {
+        int64_t last = op->a_offset; /* the furthest element read */
+        for (int d = 0; d < op->strided.ndim; d++)
+            last += (op->strided.shape[d] - 1) * op->strided.strides[d];
+        *a_bytes = op->n > 0 ? (size_t)(last + 1) * f : 0;
+        *y_bytes = (size_t)op->n * f;
+        break;
+    }
+    case TB_ENGINE_OP_ATTENTION: {
+        const tb_engine_attention *at = &op->attention;
+        *a_bytes = (size_t)(at->batch * at->q_heads * at->q_len * at->head_dim) * f;
+        *b_bytes = (size_t)(at->batch * at->kv_heads * at->kv_len * at->head_dim) * f;
+        *c_bytes = (size_t)(at->batch * at->kv_heads * at->kv_len * at->value_dim) * f;
+        *y_bytes = (size_t)(at->batch * at->q_heads * at->q_len * at->value_dim) * f;
+        break;
+    }
     case TB_ENGINE_OP_CONVERT16:
         *a_bytes = (size_t)op->n * (op->code == 0 ? 2 : f);
         *y_bytes = (size_t)op->n * (op->code == 1 ? 2 : f);
@@ -266,6 +283,14 @@ size_t tb_engine_op_d_extent(const tb_engine_op *op) {
         return (size_t)(2 * op->llm.head_dim) * sizeof(float);
     if (op->kind == TB_ENGINE_OP_FUSED && op->fused.ninputs > 3)
         return (size_t)op->fused.len[3] * sizeof(float);
+    if (op->kind == TB_ENGINE_OP_ATTENTION && op->d) { /* the furthest mask element read */
+        const tb_engine_attention *at = &op->attention;
+        const int64_t sizes[4] = {at->batch, at->q_heads, at->q_len, at->kv_len};
+        int64_t last = 0;
+        for (int d = 0; d < 4; d++)
+            last += (sizes[d] > 0 ? sizes[d] - 1 : 0) * at->mask_strides[d];
+        return (size_t)(last + 1) * sizeof(float);
+    }
     return 0;
 }
 
@@ -420,6 +445,42 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
         if (op->y == op->a || op->b || op->c || op->d)
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "reduce op takes one input and must not write it");
         break;
+    case TB_ENGINE_OP_STRIDED_COPY: {
+        const tb_engine_strided *st = &op->strided;
+        int64_t count = 1;
+        bool ok = st->ndim >= 0 && st->ndim <= TB_ENGINE_STRIDED_DIMS && op->a_offset >= 0 && op->a_offset <= limit;
+        for (int d = 0; ok && d < st->ndim; d++) {
+            ok = st->shape[d] >= 0 && st->shape[d] <= limit && st->strides[d] >= 0 && st->strides[d] <= limit;
+            count = ok ? count * st->shape[d] : 0;
+            ok = ok && count <= limit;
+        }
+        if (!ok || count != op->n)
+            return tb_error_set(TB_ERR_SHAPE, "strided_copy op: %d dims (at most %d, sizes and strides >= 0) must "
+                                "hold n=%lld elements", st->ndim, TB_ENGINE_STRIDED_DIMS, (long long)op->n);
+        if (op->y == op->a || op->b || op->c || op->d)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "strided_copy op takes one input and must not write it");
+        break;
+    }
+    case TB_ENGINE_OP_ATTENTION: {
+        const tb_engine_attention *at = &op->attention;
+        const int64_t dims[7] = {at->batch, at->q_heads, at->kv_heads, at->q_len, at->kv_len, at->head_dim, at->value_dim};
+        bool ok = at->q_heads >= 1 && at->kv_heads >= 1 && at->q_heads % at->kv_heads == 0 && at->head_dim >= 1 &&
+                  at->value_dim >= 1 && at->head_dim <= 512 && at->value_dim <= 512 && isfinite(at->scale);
+        for (int d = 0; d < 7; d++)
+            ok = ok && dims[d] >= 0 && dims[d] <= ((int64_t)1 << 31);
+        for (int d = 0; d < 4; d++)
+            ok = ok && at->mask_strides[d] >= 0 && at->mask_strides[d] <= limit;
+        if (!ok)
+            return tb_error_set(TB_ERR_SHAPE, "attention op: B=%lld Hq=%lld Hkv=%lld Tq=%lld Tk=%lld D=%lld Dv=%lld "
+                                "(Hq a multiple of Hkv, D and Dv in 1..512, a finite scale)", (long long)at->batch,
+                                (long long)at->q_heads, (long long)at->kv_heads, (long long)at->q_len,
+                                (long long)at->kv_len, (long long)at->head_dim, (long long)at->value_dim);
+        if (!op->b || !op->c)
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "attention op: k (b) and v (c) are required");
+        if (op->y == op->a || op->y == op->b || op->y == op->c || (op->d && op->y == op->d))
+            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "attention op: the output must not alias an input");
+        break;
+    }
     case TB_ENGINE_OP_QMATMUL:
     case TB_ENGINE_OP_LLM_ROPE:
     case TB_ENGINE_OP_LLM_ATTENTION:

@@ -164,6 +164,36 @@ static int parse_fused(PyObject *dict, tb_engine_fused *f) {
     return 0;
 }
 
+/* A list of at most `max` ints from dict[key] into out; returns the count, or -1 with an exception. */
+static int get_int_list(PyObject *dict, const char *key, int64_t *out, int max) {
+    PyObject *value = PyDict_GetItemString(dict, key);
+    if (!value)
+        return 0;
+    if (!PyList_Check(value) && !PyTuple_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "engine_run: '%s' must be a list of ints", key);
+        return -1;
+    }
+    PyObject *items = PySequence_Fast(value, key);
+    if (!items)
+        return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    if (count > max) {
+        Py_DECREF(items);
+        PyErr_Format(PyExc_ValueError, "engine_run: '%s' takes at most %d entries", key, max);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_ITEMS(items)[i]);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(items);
+            return -1;
+        }
+        out[i] = v;
+    }
+    Py_DECREF(items);
+    return (int)count;
+}
+
 /* op dict -> tb_engine_op; operand entries are indices into `buffers` (None or absent: no operand) */
 static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuffers, bool *written, tb_engine_op *op) {
     if (!PyDict_Check(dict)) {
@@ -213,6 +243,23 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
     }
     if (op->kind == TB_ENGINE_OP_FUSED && parse_fused(dict, &op->fused) != 0)
         return -1;
+    if (op->kind == TB_ENGINE_OP_STRIDED_COPY) { /* "shape", "strides" (lists), "a_offset" */
+        int dims = get_int_list(dict, "shape", op->strided.shape, TB_ENGINE_STRIDED_DIMS);
+        if (dims < 0 || get_int_list(dict, "strides", op->strided.strides, TB_ENGINE_STRIDED_DIMS) < 0)
+            return -1;
+        op->strided.ndim = dims;
+    }
+    if (op->kind == TB_ENGINE_OP_ATTENTION) {
+        tb_engine_attention *at = &op->attention;
+        int64_t causal = 0;
+        if (get_int(dict, "batch", &at->batch) || get_int(dict, "q_heads", &at->q_heads) ||
+            get_int(dict, "kv_heads", &at->kv_heads) || get_int(dict, "q_len", &at->q_len) ||
+            get_int(dict, "kv_len", &at->kv_len) || get_int(dict, "head_dim", &at->head_dim) ||
+            get_int(dict, "value_dim", &at->value_dim) || get_int(dict, "causal", &causal) ||
+            get_float(dict, "scale", &at->scale) || get_int_list(dict, "mask_strides", at->mask_strides, 4) < 0)
+            return -1;
+        at->causal = causal != 0;
+    }
     int64_t trans_b = 0, log = 0, b_format = 0, format = 0, convert_code = 0;
     if (op->kind == TB_ENGINE_OP_CONVERT16) { /* "code": 0 widen, 1 narrow, 2 round; "format": 1 bf16, 2 f16 */
         if (get_int(dict, "code", &convert_code) || get_int(dict, "format", &format))

@@ -296,9 +296,17 @@ def engine_support(node: torch.fx.Node) -> tuple:
         return True, "view"
     nodes: list = []
 
+    def through(arg: torch.fx.Node) -> bool:  # a view to lower with n (a getitem only of a split or unbind)
+        if arg.op != "call_function" or arg.target not in VIEW_TARGETS or arg in nodes:
+            return False
+        if arg.target is operator.getitem:  # of a multi-output op (attention, layer_norm): an input here
+            source = arg.args[0]
+            return isinstance(source, torch.fx.Node) and source.op == "call_function" and source.target in VIEW_TARGETS
+        return True
+
     def collect(n: torch.fx.Node) -> None:  # n and the views it reads through, producers first
         for arg in _tensor_args(n):
-            if arg.op == "call_function" and arg.target in VIEW_TARGETS and arg not in nodes:
+            if through(arg):
                 collect(arg)
         nodes.append(n)
 

@@ -271,6 +271,8 @@ static tb_vk_kernel kernel_of(tb_engine_op_kind kind) {
     case TB_ENGINE_OP_SILU_MUL: return TB_VK_KERNEL_SILU_MUL;
     case TB_ENGINE_OP_CONVERT16: return TB_VK_KERNEL_CONVERT16;
     case TB_ENGINE_OP_REDUCE: return TB_VK_KERNEL_REDUCE;
+    case TB_ENGINE_OP_STRIDED_COPY: return TB_VK_KERNEL_STRIDED_COPY;
+    case TB_ENGINE_OP_ATTENTION: return TB_VK_KERNEL_ATTENTION;
     default: return TB_VK_KERNEL_LAYER_NORM;
     }
 }
@@ -349,7 +351,8 @@ static tb_status pipeline_for(tb_vk_kernel kernel, VkPipeline *out) {
     static const char *const names[TB_VK_KERNEL_COUNT] = {"binary",   "gemv",     "layer_norm",    "matmul",
                                                           "rms_norm", "softmax",  "unary",         "qmatmul",
                                                           "llm_rope", "llm_attention", "silu_mul",
-                                                          "matmul_w16", "gemv_w16", "convert16_w16", "reduce"};
+                                                          "matmul_w16", "gemv_w16", "convert16_w16", "reduce",
+                                                          "strided_copy", "attention"};
     /* the subgroup-reduction variant where the device has it (and the kernel reduces), else the plain one */
     const tb_spirv_shader *shader = tb_vk_find_shader(names[kernel]);
     if (!shader)
@@ -384,7 +387,9 @@ static bool op_is_empty(const tb_engine_op *op) {
     switch (op->kind) {
     case TB_ENGINE_OP_UNARY:
     case TB_ENGINE_OP_BINARY:
-    case TB_ENGINE_OP_FUSED: return op->n == 0;
+    case TB_ENGINE_OP_FUSED:
+    case TB_ENGINE_OP_STRIDED_COPY: return op->n == 0;
+    case TB_ENGINE_OP_ATTENTION: return op->attention.batch * op->attention.q_heads * op->attention.q_len == 0;
     case TB_ENGINE_OP_MATMUL:
     case TB_ENGINE_OP_QMATMUL: return op->m == 0 || op->n == 0;
     case TB_ENGINE_OP_LLM_ROPE:
@@ -527,6 +532,28 @@ static tb_status record_op(const tb_engine_op *op) {
         push[3] = (uint32_t)op->code;
         gx = op->inner == 1 ? groups(op->rows, 1, limit[0]) : groups(op->rows * op->inner, 256, limit[0]);
         break;
+    case TB_ENGINE_OP_STRIDED_COPY: /* shaders/strided_copy.comp: n, offset, ndim, shape[6], strides[6] */
+        push[0] = (uint32_t)op->n;
+        push[1] = (uint32_t)op->a_offset;
+        push[2] = (uint32_t)op->strided.ndim;
+        for (int d = 0; d < TB_ENGINE_STRIDED_DIMS; d++) {
+            push[3 + d] = d < op->strided.ndim ? (uint32_t)op->strided.shape[d] : 1u;
+            push[9 + d] = d < op->strided.ndim ? (uint32_t)op->strided.strides[d] : 0u;
+        }
+        gx = groups(op->n, 256, limit[0]);
+        break;
+    case TB_ENGINE_OP_ATTENTION: { /* shaders/attention.comp: a workgroup per query row */
+        const tb_engine_attention *at = &op->attention;
+        const int64_t sizes[7] = {at->batch, at->q_heads, at->kv_heads, at->q_len, at->kv_len, at->head_dim, at->value_dim};
+        for (int i = 0; i < 7; i++)
+            push[i] = (uint32_t)sizes[i];
+        push[7] = (at->causal ? 1u : 0u) | (op->d ? 2u : 0u);
+        memcpy(&push[8], &at->scale, 4);
+        for (int i = 0; i < 4; i++)
+            push[9 + i] = (uint32_t)at->mask_strides[i];
+        gx = groups(at->batch * at->q_heads * at->q_len, 1, limit[0]);
+        break;
+    }
     default:
         push[0] = (uint32_t)op->rows;
         push[1] = (uint32_t)op->len;

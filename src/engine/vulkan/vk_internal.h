@@ -47,6 +47,8 @@ typedef enum tb_vk_kernel {
     TB_VK_KERNEL_GEMV_W16,
     TB_VK_KERNEL_CONVERT16, /* f32 <-> bf16/f16 (convert16_w16 SPIR-V) */
     TB_VK_KERNEL_REDUCE,
+    TB_VK_KERNEL_STRIDED_COPY,
+    TB_VK_KERNEL_ATTENTION,
     TB_VK_KERNEL_COUNT
 } tb_vk_kernel;
 

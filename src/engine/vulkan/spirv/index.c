@@ -3,6 +3,8 @@
 
 #include "engine/vulkan/spirv_shaders.h"
 
+extern const uint32_t tb_spirv_attention[3359];
+extern const uint32_t tb_spirv_attention_subgroup[3497];
 extern const uint32_t tb_spirv_binary[2264];
 extern const uint32_t tb_spirv_convert16_w16[1737];
 extern const uint32_t tb_spirv_fused[9142];
@@ -27,9 +29,12 @@ extern const uint32_t tb_spirv_rms_norm_subgroup[1264];
 extern const uint32_t tb_spirv_silu_mul[631];
 extern const uint32_t tb_spirv_softmax[1887];
 extern const uint32_t tb_spirv_softmax_subgroup[2025];
+extern const uint32_t tb_spirv_strided_copy[681];
 extern const uint32_t tb_spirv_unary[2538];
 
 const tb_spirv_shader tb_spirv_shaders[] = {
+    {"attention", tb_spirv_attention, sizeof tb_spirv_attention},
+    {"attention_subgroup", tb_spirv_attention_subgroup, sizeof tb_spirv_attention_subgroup},
     {"binary", tb_spirv_binary, sizeof tb_spirv_binary},
     {"convert16_w16", tb_spirv_convert16_w16, sizeof tb_spirv_convert16_w16},
     {"fused", tb_spirv_fused, sizeof tb_spirv_fused},
@@ -54,6 +59,7 @@ const tb_spirv_shader tb_spirv_shaders[] = {
     {"silu_mul", tb_spirv_silu_mul, sizeof tb_spirv_silu_mul},
     {"softmax", tb_spirv_softmax, sizeof tb_spirv_softmax},
     {"softmax_subgroup", tb_spirv_softmax_subgroup, sizeof tb_spirv_softmax_subgroup},
+    {"strided_copy", tb_spirv_strided_copy, sizeof tb_spirv_strided_copy},
     {"unary", tb_spirv_unary, sizeof tb_spirv_unary},
 };
 const int tb_spirv_shader_count = (int)(sizeof tb_spirv_shaders / sizeof tb_spirv_shaders[0]);
