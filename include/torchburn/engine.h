@@ -39,8 +39,10 @@ typedef enum tb_engine_op_kind {
     TB_ENGINE_OP_REDUCE,      /* a viewed as [R = rows, L = len, inner]: y[r * inner + i] = reduce over l of
                                * a[(r * L + l) * inner + i]; code: tb_reduce_op (0 sum, 1 max, 2 min, 3
                                * logsumexp: CPU engines only) or 4 mean; max/min propagate NaN */
-    TB_ENGINE_OP_STRIDED_COPY, /* y (contiguous, n elements of op->strided.shape) = a read at a_offset +
-                               * sum_d index_d * strides[d]: materializes a view (slice, permute, expand) */
+    TB_ENGINE_OP_STRIDED_COPY, /* y (n elements of op->strided.shape) = a read at a_offset + sum_d index_d *
+                               * strides[d]: materializes a view (slice, permute, expand). y is contiguous,
+                               * or (strided.row > 0) rows of `row` elements at y[r * y_stride + y_col0 + j]:
+                               * one input's block of a cat */
     TB_ENGINE_OP_ATTENTION,   /* scaled dot-product attention (op->attention) over contiguous q = a
                                * [B, Hq, Tq, D], k = b [B, Hkv, Tk, D], v = c [B, Hkv, Tk, Dv] into y
                                * [B, Hq, Tq, Dv]; d = an additive float mask read through mask_strides
@@ -97,11 +99,12 @@ typedef struct tb_engine_fused {
     tb_engine_fused_step steps[TB_ENGINE_FUSED_STEPS];
 } tb_engine_fused;
 
-enum { TB_ENGINE_STRIDED_DIMS = 6 };
+enum { TB_ENGINE_STRIDED_DIMS = 5 };
 
 typedef struct tb_engine_strided {
     int ndim; /* 0 to TB_ENGINE_STRIDED_DIMS; n = the product of shape */
     int64_t shape[TB_ENGINE_STRIDED_DIMS], strides[TB_ENGINE_STRIDED_DIMS]; /* strides in elements, >= 0 */
+    int64_t row; /* 0: y contiguous; else elements per output row (the op's y_stride, y_col0 place them) */
 } tb_engine_strided;
 
 typedef struct tb_engine_attention {

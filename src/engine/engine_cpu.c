@@ -134,8 +134,9 @@ static void run_strided_copy(const tb_engine_op *op) {
     float *y = data(op->y);
     int64_t index[TB_ENGINE_STRIDED_DIMS] = {0};
     int64_t at = op->a_offset;
+    const int64_t row = st->row;
     for (int64_t i = 0; i < op->n; i++) {
-        y[i] = a[at];
+        y[row > 0 ? (i / row) * op->y_stride + op->y_col0 + i % row : i] = a[at];
         for (int d = st->ndim - 1; d >= 0; d--) { /* odometer: the last dim fastest */
             at += st->strides[d];
             if (++index[d] < st->shape[d])

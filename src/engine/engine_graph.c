@@ -274,7 +274,7 @@ static tb_status materialize(builder *b, int node, int value) {
         if (l->shape[d] == 1)
             continue;
         if (copy.strided.ndim == TB_ENGINE_STRIDED_DIMS)
-            return refuse(b, node, "a strided view of more than 6 dims (other than 1)");
+            return refuse(b, node, "a strided view of more than 5 dims (other than 1)");
         copy.strided.shape[copy.strided.ndim] = l->shape[d];
         copy.strided.strides[copy.strided.ndim++] = l->strides[d];
     }
@@ -595,6 +595,41 @@ static tb_status lower_attention(builder *b, int index, const tb_node *n) {
     return round_result(b, n->first_output);
 }
 
+/* CAT: each input read through its layout straight into its block of the output (seen as [P, S, Q]
+ * around the cat dim: input k fills rows of s_k Q elements at column c_k Q of rows of S Q). */
+static tb_status lower_cat(builder *b, int index, const tb_node *n) {
+    const tb_value_info *out = info_of(b, n->first_output);
+    int dim;
+    TB_TRY(tb_normalize_dim(n->params.cat.dim, out->ndim, &dim));
+    int64_t q = 1;
+    for (int d = dim + 1; d < out->ndim; d++)
+        q *= out->shape[d];
+    TB_TRY(new_buffer(b, n->first_output));
+    int64_t column = 0;
+    for (int i = 0; i < n->ninputs; i++) {
+        const int in = n->inputs[i];
+        TB_TRY(ensure_f32(b, in)); /* keeps the layout: a widening is elementwise in memory order */
+        const tb_value_info *l = layout_of(b, in);
+        const int64_t size = l->shape[dim];
+        tb_engine_op copy = {.kind = TB_ENGINE_OP_STRIDED_COPY, .n = numel(l), .a_offset = b->offset[in],
+                             .y_stride = out->shape[dim] * q, .y_col0 = column * q};
+        copy.strided.row = size * q;
+        column += size;
+        if (copy.n == 0)
+            continue;
+        for (int d = 0; d < l->ndim; d++) {
+            if (l->shape[d] == 1)
+                continue;
+            if (copy.strided.ndim == TB_ENGINE_STRIDED_DIMS)
+                return refuse(b, index, "a cat input of more than 5 dims (other than 1)");
+            copy.strided.shape[copy.strided.ndim] = l->shape[d];
+            copy.strided.strides[copy.strided.ndim++] = l->strides[d];
+        }
+        TB_TRY(add_op(b, &copy, b->value_buffer[in], -1, -1, b->value_buffer[n->first_output]));
+    }
+    return round_result(b, n->first_output);
+}
+
 static tb_status lower_norm(builder *b, int index, const tb_node *n) {
     const tb_params_norm *np = &n->params.norm;
     const tb_value_info *x = info_of(b, n->inputs[0]);
@@ -638,6 +673,7 @@ static tb_status lower_node(builder *b, int index) {
     const bool widening_copy = n->op == TB_OP_COPY && !same_dtype && format_of(out->dtype) == 0 &&
                                b->value_buffer[first_in] < 0 && b->value_buffer16[first_in] >= 0;
     const bool alias = n->op == TB_OP_VIEW || n->op == TB_OP_PERMUTE || n->op == TB_OP_EXPAND || n->op == TB_OP_SLICE ||
+                       n->op == TB_OP_CAT || /* reads its inputs through their layouts */
                        widening_copy || (n->op == TB_OP_COPY && same_dtype);
     for (int i = 0; i < n->ninputs; i++) {
         const char *why = dtype_refusal(b, info_of(b, n->inputs[i])->dtype);
@@ -708,6 +744,8 @@ static tb_status lower_node(builder *b, int index) {
         return lower_matmul(b, index, n);
     case TB_OP_ATTENTION:
         return lower_attention(b, index, n);
+    case TB_OP_CAT:
+        return lower_cat(b, index, n);
     default:
         return refuse(b, index, "no kernel for this op on the engine");
     }

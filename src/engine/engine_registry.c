@@ -256,7 +256,9 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         for (int d = 0; d < op->strided.ndim; d++)
             last += (op->strided.shape[d] - 1) * op->strided.strides[d];
         *a_bytes = op->n > 0 ? (size_t)(last + 1) * f : 0;
-        *y_bytes = (size_t)op->n * f;
+        *y_bytes = op->strided.row > 0 && op->n > 0
+                       ? (size_t)((op->n / op->strided.row - 1) * op->y_stride + op->y_col0 + op->strided.row) * f
+                       : (size_t)op->n * f;
         break;
     }
     case TB_ENGINE_OP_ATTENTION: {
@@ -457,6 +459,12 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
         if (!ok || count != op->n)
             return tb_error_set(TB_ERR_SHAPE, "strided_copy op: %d dims (at most %d, sizes and strides >= 0) must "
                                 "hold n=%lld elements", st->ndim, TB_ENGINE_STRIDED_DIMS, (long long)op->n);
+        if (st->row < 0 || st->row > limit ||
+            (st->row > 0 && (op->n % st->row != 0 || op->y_col0 < 0 || op->y_stride < op->y_col0 + st->row ||
+                             op->y_stride > limit || op->y_col0 > limit)))
+            return tb_error_set(TB_ERR_SHAPE, "strided_copy op: rows of %lld elements at column %lld do not fit rows of "
+                                "%lld (and must divide n=%lld)", (long long)st->row, (long long)op->y_col0,
+                                (long long)op->y_stride, (long long)op->n);
         if (op->y == op->a || op->b || op->c || op->d)
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "strided_copy op takes one input and must not write it");
         break;

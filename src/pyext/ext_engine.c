@@ -248,6 +248,8 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
         if (dims < 0 || get_int_list(dict, "strides", op->strided.strides, TB_ENGINE_STRIDED_DIMS) < 0)
             return -1;
         op->strided.ndim = dims;
+        if (get_int(dict, "row", &op->strided.row))
+            return -1;
     }
     if (op->kind == TB_ENGINE_OP_ATTENTION) {
         tb_engine_attention *at = &op->attention;

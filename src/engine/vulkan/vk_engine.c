@@ -532,14 +532,18 @@ static tb_status record_op(const tb_engine_op *op) {
         push[3] = (uint32_t)op->code;
         gx = op->inner == 1 ? groups(op->rows, 1, limit[0]) : groups(op->rows * op->inner, 256, limit[0]);
         break;
-    case TB_ENGINE_OP_STRIDED_COPY: /* shaders/strided_copy.comp: n, offset, ndim, shape[6], strides[6] */
+    case TB_ENGINE_OP_STRIDED_COPY: /* shaders/strided_copy.comp: n, offset, ndim, shape[5], strides[5], row,
+                                     * y_stride, y_col0 */
         push[0] = (uint32_t)op->n;
         push[1] = (uint32_t)op->a_offset;
         push[2] = (uint32_t)op->strided.ndim;
         for (int d = 0; d < TB_ENGINE_STRIDED_DIMS; d++) {
             push[3 + d] = d < op->strided.ndim ? (uint32_t)op->strided.shape[d] : 1u;
-            push[9 + d] = d < op->strided.ndim ? (uint32_t)op->strided.strides[d] : 0u;
+            push[8 + d] = d < op->strided.ndim ? (uint32_t)op->strided.strides[d] : 0u;
         }
+        push[13] = (uint32_t)op->strided.row;
+        push[14] = (uint32_t)op->y_stride;
+        push[15] = (uint32_t)op->y_col0;
         gx = groups(op->n, 256, limit[0]);
         break;
     case TB_ENGINE_OP_ATTENTION: { /* shaders/attention.comp: a workgroup per query row */

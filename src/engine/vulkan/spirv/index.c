@@ -29,7 +29,7 @@ extern const uint32_t tb_spirv_rms_norm_subgroup[1264];
 extern const uint32_t tb_spirv_silu_mul[631];
 extern const uint32_t tb_spirv_softmax[1887];
 extern const uint32_t tb_spirv_softmax_subgroup[2025];
-extern const uint32_t tb_spirv_strided_copy[681];
+extern const uint32_t tb_spirv_strided_copy[840];
 extern const uint32_t tb_spirv_unary[2538];
 
 const tb_spirv_shader tb_spirv_shaders[] = {
