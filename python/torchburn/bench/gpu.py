@@ -52,6 +52,19 @@ def kernels():
                                         "y": 2}, [h, g, np.zeros_like(h)]))
     items.append(("layer_norm 256x4096", {"kind": "layer_norm", "rows": 256, "len": 4096, "eps": 1e-5, "a": 0,
                                           "b": 1, "c": 1, "y": 2}, [h, g, np.zeros_like(h)]))
+    chain = [{"kind": "unary", "op": "tanh", "lhs": 0}, {"kind": "scalar", "op": "mul", "lhs": 4, "scalar": 0.5},
+             {"kind": "binary", "op": "add", "lhs": 5, "rhs": 0}, {"kind": "unary", "op": "gelu", "lhs": 6}]
+    items.append(("fused tanh*0.5+x -> gelu 1M", {"kind": "fused", "n": n, "inputs": [(n, 1)], "steps": chain, "a": 0,
+                                                  "y": 1}, [x, y]))
+    items.append(("reduce sum 1024x1024 rows", {"kind": "reduce", "op": "sum", "rows": 1024, "len": 1024, "inner": 1,
+                                                "a": 0, "y": 1}, [s, np.zeros(1024, np.float32)]))
+    items.append(("strided_copy transpose 1024x1024", {"kind": "strided_copy", "n": 1 << 20, "shape": [1024, 1024],
+                                                       "strides": [1, 1024], "a": 0, "y": 1}, [s, np.zeros_like(s)]))
+    q, kv = randn(1, 8, 512, 64), randn(1, 8, 512, 64)
+    items.append(("attention 8 heads x 512 x 64", {"kind": "attention", "batch": 1, "q_heads": 8, "kv_heads": 8,
+                                                   "q_len": 512, "kv_len": 512, "head_dim": 64, "value_dim": 64,
+                                                   "scale": 0.125, "a": 0, "b": 1, "c": 1, "y": 2},
+                  [q, kv, np.zeros_like(q)]))
     return items
 
 
