@@ -261,6 +261,22 @@ static tb_status add_fused(builder *b, const tb_engine_op *op, const int *inputs
     return TB_OK;
 }
 
+/* A strided_copy reading `value` as it lies (size-1 dims dropped) into a contiguous y. Refuses more
+ * than TB_ENGINE_STRIDED_DIMS other dims. */
+static tb_status strided_read(const builder *b, int node, int value, tb_engine_op *copy) {
+    const tb_value_info *l = &b->layout[value];
+    *copy = (tb_engine_op){.kind = TB_ENGINE_OP_STRIDED_COPY, .n = numel(l), .a_offset = b->offset[value]};
+    for (int d = 0; d < l->ndim; d++) {
+        if (l->shape[d] == 1)
+            continue;
+        if (copy->strided.ndim == TB_ENGINE_STRIDED_DIMS)
+            return refuse(b, node, "a strided view of more than 5 dims (other than 1)");
+        copy->strided.shape[copy->strided.ndim] = l->shape[d];
+        copy->strided.strides[copy->strided.ndim++] = l->strides[d];
+    }
+    return TB_OK;
+}
+
 /* Makes `value` dense (contiguous from offset 0): a strided_copy of its f32 data into a new buffer,
  * which later readers share. Size-1 dims are dropped; more than TB_ENGINE_STRIDED_DIMS others refuse. */
 static tb_status materialize(builder *b, int node, int value) {
@@ -268,16 +284,8 @@ static tb_status materialize(builder *b, int node, int value) {
         return TB_OK;
     if (b->value_buffer[value] < 0)
         return refuse(b, node, "a strided view of 16-bit words");
-    const tb_value_info *l = &b->layout[value];
-    tb_engine_op copy = {.kind = TB_ENGINE_OP_STRIDED_COPY, .n = numel(l), .a_offset = b->offset[value]};
-    for (int d = 0; d < l->ndim; d++) {
-        if (l->shape[d] == 1)
-            continue;
-        if (copy.strided.ndim == TB_ENGINE_STRIDED_DIMS)
-            return refuse(b, node, "a strided view of more than 5 dims (other than 1)");
-        copy.strided.shape[copy.strided.ndim] = l->shape[d];
-        copy.strided.strides[copy.strided.ndim++] = l->strides[d];
-    }
+    tb_engine_op copy;
+    TB_TRY(strided_read(b, node, value, &copy));
     const int source = b->value_buffer[value];
     TB_TRY(new_buffer(b, value));
     b->value_buffer16[value] = -1; /* the words (a view of them) no longer describe the value's buffer */
@@ -609,22 +617,15 @@ static tb_status lower_cat(builder *b, int index, const tb_node *n) {
     for (int i = 0; i < n->ninputs; i++) {
         const int in = n->inputs[i];
         TB_TRY(ensure_f32(b, in)); /* keeps the layout: a widening is elementwise in memory order */
-        const tb_value_info *l = layout_of(b, in);
-        const int64_t size = l->shape[dim];
-        tb_engine_op copy = {.kind = TB_ENGINE_OP_STRIDED_COPY, .n = numel(l), .a_offset = b->offset[in],
-                             .y_stride = out->shape[dim] * q, .y_col0 = column * q};
+        const int64_t size = layout_of(b, in)->shape[dim];
+        tb_engine_op copy;
+        TB_TRY(strided_read(b, index, in, &copy));
+        copy.y_stride = out->shape[dim] * q;
+        copy.y_col0 = column * q;
         copy.strided.row = size * q;
         column += size;
         if (copy.n == 0)
             continue;
-        for (int d = 0; d < l->ndim; d++) {
-            if (l->shape[d] == 1)
-                continue;
-            if (copy.strided.ndim == TB_ENGINE_STRIDED_DIMS)
-                return refuse(b, index, "a cat input of more than 5 dims (other than 1)");
-            copy.strided.shape[copy.strided.ndim] = l->shape[d];
-            copy.strided.strides[copy.strided.ndim++] = l->strides[d];
-        }
         TB_TRY(add_op(b, &copy, b->value_buffer[in], -1, -1, b->value_buffer[n->first_output]));
     }
     return round_result(b, n->first_output);

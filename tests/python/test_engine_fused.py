@@ -240,6 +240,30 @@ def test_logsumexp_reduce_is_cpu_only(vulkan):
 
 # ---- compiled graphs ----
 
+# Prepended to each compiled-model script: runs every case compiled (after a warm-up call: pipelines
+# are built at first use) and eagerly, and reports the error, the GPU work of one call and explain.
+MEASURE = textwrap.dedent(r"""
+    import json, torch, torchburn
+
+    def measure(cases):
+        result = {}
+        for name, (model, args) in cases.items():
+            model.eval()
+            compiled = torch.compile(model, backend="torchburn")
+            with torch.no_grad():
+                compiled(*args)
+                before = torchburn.gpu_info()
+                got = compiled(*args)
+                after = torchburn.gpu_info()
+                want = model(*args)
+                explained = str(torchburn.explain(model, *args))
+            result[name] = {"err": float((got - want).abs().max()), "scale": float(want.abs().max()),
+                            "submits": after["submits"] - before["submits"],
+                            "dispatches": after["dispatches"] - before["dispatches"],
+                            "cpu_regions": explained.count("engine: native_cpu"), "explain": explained}
+        return result
+""")
+
 COMPILED = textwrap.dedent(r"""
     import json, torch, torchburn
     torch.manual_seed(0)
@@ -271,28 +295,12 @@ COMPILED = textwrap.dedent(r"""
         "reductions": (Reductions(), (3, 8, 40)),
         "outer": (Outer(), (9, 11)),
     }
-    result = {}
-    for name, (model, shape) in models.items():
-        model.eval()
-        x = torch.randn(*shape)
-        compiled = torch.compile(model, backend="torchburn")
-        with torch.no_grad():
-            compiled(x)  # compile and warm up (pipelines are built at first use)
-            before = torchburn.gpu_info()
-            got = compiled(x)
-            after = torchburn.gpu_info()
-            want = model(x)
-            explained = str(torchburn.explain(model, x))
-        result[name] = {"err": float((got - want).abs().max()), "scale": float(want.abs().max()),
-                        "submits": after["submits"] - before["submits"],
-                        "dispatches": after["dispatches"] - before["dispatches"],
-                        "cpu_regions": explained.count("engine: native_cpu"), "explain": explained}
-    print(json.dumps(result))
+    print(json.dumps(measure({name: (model, (torch.randn(*shape),)) for name, (model, shape) in models.items()})))
 """)
 
 
 def test_compiled_chains_broadcasts_and_reductions_run_whole_on_the_gpu(vulkan):
-    out = run_python(COMPILED, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_ALLOW_CPU="1")
+    out = run_python(MEASURE + COMPILED, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_ALLOW_CPU="1")
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     for name, item in result.items():
@@ -434,26 +442,12 @@ COMPILED_ATTENTION = textwrap.dedent(r"""
         "masked": (Masked(), (torch.randn(2, 2, 11, 8), torch.randn(2, 2, 11, 8), torch.randn(2, 2, 11, 8), mask)),
         "rope": (Rope(), (torch.randn(2, 4, 9, 16), torch.randn(9, 16), torch.randn(9, 16))),
     }
-    result = {}
-    for name, (model, args) in cases.items():
-        model.eval()
-        compiled = torch.compile(model, backend="torchburn")
-        with torch.no_grad():
-            compiled(*args)
-            before = torchburn.gpu_info()
-            got = compiled(*args)
-            after = torchburn.gpu_info()
-            want = model(*args)
-            explained = str(torchburn.explain(model, *args))
-        result[name] = {"err": float((got - want).abs().max()), "scale": float(want.abs().max()),
-                        "submits": after["submits"] - before["submits"],
-                        "cpu_regions": explained.count("engine: native_cpu"), "explain": explained}
-    print(json.dumps(result))
+    print(json.dumps(measure(cases)))
 """)
 
 
 def test_compiled_attention_models_run_whole_on_the_gpu(vulkan):
-    out = run_python(COMPILED_ATTENTION, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_ALLOW_CPU="1")
+    out = run_python(MEASURE + COMPILED_ATTENTION, TORCHBURN_DEVICE="gpu", TORCHBURN_VULKAN_ALLOW_CPU="1")
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     for name, item in result.items():
