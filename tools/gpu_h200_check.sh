@@ -10,9 +10,11 @@
 # (test_gpu_batching.py: on a discrete GPU this is the real VRAM path) and bf16/f16 weights kept
 # 16-bit (test_gpu_16bit.py; needs storageBuffer16BitAccess, which NVIDIA reports), and compiled
 # nn.Linear weights split past a lowered maxStorageBufferRange (test_gpu_graph_limits.py), and compiled
-# float16/bfloat16 graphs on the engine (test_gpu_compiled_16bit.py). The bench's LLM
+# float16/bfloat16 graphs on the engine (test_gpu_compiled_16bit.py), and fused elementwise chains
+# (specialized pipelines), reductions, strided copies, attention and whole transformer blocks
+# (test_engine_fused.py). The bench's LLM
 # table has a bf16 row (half the MiB uploaded at load) and transfer submits per token (0 expected).
-# Timeouts bound it to 200 + 30 + 200 + 60 s < 8 minutes; output goes to ${OUT:-/tmp/gpu_check}.
+# Timeouts bound it to 200 + 30 + 240 + 60 s < 9 minutes; output goes to ${OUT:-/tmp/gpu_check}.
 #
 # Usage: bash tools/gpu_h200_check.sh
 set -uo pipefail
@@ -41,7 +43,7 @@ timeout 30 python -c "import torchburn.gpu as g, json; print(json.dumps(g.gpu_in
 log "memory mode, reductions, 16-bit storage: $(grep -E '"(staging|subgroup_reductions|storage_16bit)"' "$out/gpu_info.json" | tr -d ' \n')"
 
 log "tests: engine kernels, compiled graphs and the LLM forward on the GPU (split / staging / no-subgroup modes)"
-timeout 200 python -m pytest -q -x tests/python/test_engine.py tests/python/test_llm_gpu.py \
+timeout 240 python -m pytest -q -x tests/python/test_engine.py tests/python/test_engine_fused.py tests/python/test_llm_gpu.py \
   tests/python/test_gpu_batching.py tests/python/test_gpu_16bit.py tests/python/test_gpu_graph_limits.py tests/python/test_gpu_compiled_16bit.py \
   >"$out/tests.txt" 2>&1
 log "tests rc=$? ($(tail -1 "$out/tests.txt"))"
