@@ -29,7 +29,8 @@ extern "C" {
 typedef enum tb_engine_op_kind {
     TB_ENGINE_OP_UNARY = 0,   /* y[i] = op(a[i]), i < n; code: tb_unary_op (kernels/elementwise.h order) */
     TB_ENGINE_OP_BINARY,      /* y[i] = a[i] op b[i % b_len], i < n; b_len divides n; code: tb_binary_op */
-    TB_ENGINE_OP_MATMUL,      /* y[M,N] = a[M,K] @ B + bias[N]; B = b[K,N], or b[N,K] when trans_b */
+    TB_ENGINE_OP_MATMUL,      /* y[M,N] = a[M,K] @ B + bias[N]; B = b[K,N], or b[N,K] when trans_b; batched
+                               * when batch > 1 (a_batch / b_batch elements apart; b_batch 0 shares B) */
     TB_ENGINE_OP_SOFTMAX,     /* over each row of a[R,L]; log_softmax when `log` */
     TB_ENGINE_OP_RMS_NORM,    /* y = a * rsqrt(mean(a^2) + eps) * weight(b)[L] (b optional) */
     TB_ENGINE_OP_LAYER_NORM,  /* y = (a - mean) * rsqrt(var + eps) * weight(b)[L] + bias(c)[L] (b, c optional) */
@@ -147,6 +148,8 @@ typedef struct tb_engine_op {
      * product goes to y[r * y_stride + y_col0 + j] (y_stride 0 means n, then y_col0 must be 0). A weight
      * split by rows across buffers (larger than maxStorageBufferRange) runs as one op per part. */
     int64_t y_stride, y_col0;
+    int64_t batch, a_batch, b_batch; /* matmul: products (0 or 1: one); product z reads a + z a_batch, b + z
+                                      * b_batch and writes rows from z * M * y_stride */
     int64_t a_offset; /* copy: the first float of a that is read */
     tb_engine_fused fused; /* fused: the chain */
     tb_engine_strided strided; /* strided_copy: the view read from a (at a_offset) */

@@ -196,7 +196,14 @@ static tb_status run_one(const tb_engine_op *op, const tb_elementwise_kernels *k
         };
         if (op->m == 0 || op->n == 0)
             return TB_OK;
-        return tb_gemm_f32_isa(&desc, gemm_isa);
+        const int64_t products = op->batch > 1 ? op->batch : 1;
+        for (int64_t z = 0; z < products; z++) {
+            desc.a = a + z * op->a_batch;
+            desc.b = b + z * op->b_batch;
+            desc.c = y + op->y_col0 + z * op->m * tb_engine_op_y_stride(op);
+            TB_TRY(tb_gemm_f32_isa(&desc, gemm_isa));
+        }
+        return TB_OK;
     }
     case TB_ENGINE_OP_SOFTMAX:
         if (op->rows > 0)

@@ -457,14 +457,31 @@ static tb_status lower_reduce(builder *b, int index, const tb_node *n) {
 static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     const tb_params_matmul *mp = &n->params.matmul;
     const tb_value_info *x = info_of(b, n->inputs[0]), *w = layout_of(b, n->inputs[1]), *out = info_of(b, n->first_output);
-    if (w->ndim != 2 || x->ndim < 1)
-        return refuse(b, index, "only a 2-D B (no batched matmul)");
+    if (w->ndim < 2 || x->ndim < 1)
+        return refuse(b, index, "a B of fewer than 2 dims");
     if (!dense(b, n->inputs[0]))
         return refuse(b, index, "A is not contiguous");
-    int64_t k = w->shape[0], cols = w->shape[1];
+    const int wd = w->ndim;
+    int64_t k = w->shape[wd - 2], cols = w->shape[wd - 1];
+    /* a batched B (bmm, q @ k^T): one [K, N] matrix per product, none broadcast */
+    int64_t products = 1;
+    for (int d = 0; d < wd - 2; d++)
+        products *= w->shape[d];
+    if (wd > 2 && (x->ndim < 2 || numel(x) != products * x->shape[x->ndim - 2] * k ||
+                   numel(out) != products * x->shape[x->ndim - 2] * cols))
+        return refuse(b, index, "a batched matmul whose operands broadcast over the batch");
     bool trans_b;
-    if (b->offset[n->inputs[1]] == 0 && !contiguous(w) && w->strides[0] == 1 && w->strides[1] == k) {
-        trans_b = true; /* a [N, K] weight seen through a transpose */
+    bool batch_dense = true; /* B's matrices lie k * cols apart, in order */
+    int64_t step = 1;
+    for (int d = wd - 3; d >= 0; d--) {
+        int64_t expected = k * cols * step;
+        if (w->shape[d] != 1 && w->strides[d] != expected)
+            batch_dense = false;
+        step *= w->shape[d];
+    }
+    if (b->offset[n->inputs[1]] == 0 && batch_dense && w->shape[wd - 2] > 0 && w->strides[wd - 2] == 1 &&
+        w->strides[wd - 1] == k && k != 1) {
+        trans_b = true; /* [N, K] matrices seen through a transpose (nn.Linear's weight, k^T) */
     } else {
         TB_TRY(ensure_f32(b, n->inputs[1]));
         TB_TRY(materialize(b, index, n->inputs[1]));
@@ -495,6 +512,12 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     if (k == 0)
         rows = numel(out) / (cols > 0 ? cols : 1);
     tb_engine_op op = {.kind = TB_ENGINE_OP_MATMUL, .m = rows, .n = cols, .k = k, .trans_b = trans_b};
+    if (wd > 2) {
+        op.m = rows / (products > 0 ? products : 1);
+        op.batch = products;
+        op.a_batch = op.m * k;
+        op.b_batch = k * cols;
+    }
     /* B with only 16-bit words (a widened 16-bit weight input): the *_w16 kernels read the words */
     bool words = b->value_buffer[n->inputs[1]] < 0;
     size_t weight_bytes = (size_t)(k * cols) * (words ? 2 : sizeof(float));
@@ -505,6 +528,9 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     }
     if (words)
         op.b_format = b->words_format[n->inputs[1]];
+    weight_bytes *= (size_t)products;
+    if (wd > 2 && b->buffer_range && weight_bytes > b->buffer_range)
+        return refuse(b, index, "a batched B larger than maxStorageBufferRange");
     if (b->buffer_range && weight_bytes > b->buffer_range && k > 0) {
         /* Split like the LLM's weights: nn.Linear's [N, K] weight by rows (output columns) into parts
          * that fit, each uploaded from its slice of the graph input, one matmul per part writing its

@@ -174,8 +174,12 @@ int64_t tb_engine_op_y_stride(const tb_engine_op *op) { return op->y_stride > 0 
 static size_t output_extent(const tb_engine_op *op) {
     if (op->m <= 0 || op->n <= 0)
         return 0;
-    return (size_t)((op->m - 1) * tb_engine_op_y_stride(op) + op->y_col0 + op->n) * sizeof(float);
+    const int64_t batches = op->batch > 1 ? op->batch : 1;
+    return (size_t)(((batches - 1) * op->m + op->m - 1) * tb_engine_op_y_stride(op) + op->y_col0 + op->n) * sizeof(float);
 }
+
+/* Products of a (batched) matmul. */
+static int64_t batches(const tb_engine_op *op) { return op->batch > 1 ? op->batch : 1; }
 
 /* The output block's geometry: y_col0 >= 0, y_col0 + n <= the row stride, and the 32-bit shader indices hold. */
 static tb_status validate_output_block(const tb_engine_op *op) {
@@ -200,8 +204,8 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         *b_bytes = (size_t)op->b_len * f;
         break;
     case TB_ENGINE_OP_MATMUL:
-        *a_bytes = (size_t)(op->m * op->k) * f;
-        *b_bytes = (size_t)(op->k * op->n) * (op->b_format != TB_ENGINE_WEIGHT_F32 ? 2 : f);
+        *a_bytes = (size_t)((batches(op) - 1) * op->a_batch + op->m * op->k) * f;
+        *b_bytes = (size_t)((batches(op) - 1) * op->b_batch + op->k * op->n) * (op->b_format != TB_ENGINE_WEIGHT_F32 ? 2 : f);
         *c_bytes = op->c ? (size_t)op->n * f : 0;
         *y_bytes = output_extent(op);
         break;
@@ -415,6 +419,12 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
                                 (long long)op->n, (long long)op->k);
         if (op->y == op->a || op->y == op->b || (op->c && op->y == op->c))
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "matmul op: the output must not alias an input");
+        if (op->batch < 0 || op->batch > ((int64_t)1 << 31) || op->a_batch < 0 || op->a_batch > limit ||
+            op->b_batch < 0 || op->b_batch > limit || (op->batch > 1 && op->y_col0 != 0) ||
+            batches(op) * op->m * tb_engine_op_y_stride(op) > limit)
+            return tb_error_set(TB_ERR_SHAPE, "matmul op: batch=%lld a_batch=%lld b_batch=%lld are out of range (a "
+                                "batched product writes whole rows)", (long long)op->batch, (long long)op->a_batch,
+                                (long long)op->b_batch);
         if (op->b_format < TB_ENGINE_WEIGHT_F32 || op->b_format > TB_ENGINE_WEIGHT_F16)
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "matmul op: b_format %d is not 0 (f32), 1 (bf16) or 2 (f16)",
                                 op->b_format);

@@ -275,7 +275,8 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
         get_float(dict, "alpha", &op->alpha) || get_float(dict, "lo", &op->lo) || get_float(dict, "hi", &op->hi) ||
         get_int(dict, "y_stride", &op->y_stride) || get_int(dict, "y_col0", &op->y_col0) ||
         get_int(dict, "b_format", &b_format) || get_int(dict, "a_offset", &op->a_offset) ||
-        get_int(dict, "inner", &op->inner))
+        get_int(dict, "inner", &op->inner) || get_int(dict, "batch", &op->batch) ||
+        get_int(dict, "a_batch", &op->a_batch) || get_int(dict, "b_batch", &op->b_batch))
         return -1;
     op->b_format = (int)b_format;
     op->trans_b = trans_b != 0;

@@ -432,6 +432,10 @@ COMPILED_ATTENTION = textwrap.dedent(r"""
             rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
             return x * cos + rotated * sin
 
+    class Manual(torch.nn.Module):  # attention written out: batched q @ k^T (B read transposed) and p @ v
+        def forward(self, q, k, v):
+            return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ v
+
     encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
                                           num_layers=2, enable_nested_tensor=False)
     mask = torch.zeros(2, 1, 1, 11)
@@ -441,6 +445,7 @@ COMPILED_ATTENTION = textwrap.dedent(r"""
         "causal_gqa": (Causal(), (torch.randn(3, 10, 32),)),
         "masked": (Masked(), (torch.randn(2, 2, 11, 8), torch.randn(2, 2, 11, 8), torch.randn(2, 2, 11, 8), mask)),
         "rope": (Rope(), (torch.randn(2, 4, 9, 16), torch.randn(9, 16), torch.randn(9, 16))),
+        "manual": (Manual(), (torch.randn(2, 3, 7, 8), torch.randn(2, 3, 11, 8), torch.randn(2, 3, 11, 5))),
     }
     print(json.dumps(measure(cases)))
 """)
@@ -454,7 +459,7 @@ def test_compiled_attention_models_run_whole_on_the_gpu(vulkan):
         assert item["err"] <= 2e-5 * max(1.0, item["scale"]), (name, item)
         # one GPU region: projections, the head split (strided copies), attention, norms, FFN
         assert item["submits"] == 1 and item["cpu_regions"] == 0, (name, item["explain"])
-        assert ("attention <- " in item["explain"]) == (name != "rope"), (name, item["explain"])
+        assert ("attention <- " in item["explain"]) == (name not in ("rope", "manual")), (name, item["explain"])
 
 
 HF_MODELS = textwrap.dedent(r"""
@@ -495,3 +500,22 @@ def test_transformers_models_run_on_the_gpu_but_their_embedding_lookup(vulkan):
         # the lookup reads int64 ids, which the engine does not take
         assert item["gpu"] == 1 and item["cpu"] == 1, (name, item["explain"])
         assert "(input): only float32, float16 and bfloat16 values are taken" in item["explain"], (name, item["explain"])
+
+
+# ---- batched matmul ----
+
+@pytest.mark.parametrize("batch,m,n,k", [(3, 2, 5, 7), (4, 17, 33, 65), (2, 70, 66, 9), (5, 1, 130, 64)])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("shared_b", [False, True])
+def test_batched_matmul_against_reference(engine, batch, m, n, k, trans_b, shared_b):
+    rng = np.random.default_rng(batch * 100 + m)
+    a = rng.standard_normal((batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((1 if shared_b else batch,) + ((n, k) if trans_b else (k, n))).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    spec = {"kind": "matmul", "m": m, "n": n, "k": k, "trans_b": int(trans_b), "batch": batch, "a_batch": m * k,
+            "b_batch": 0 if shared_b else n * k, "a": 0, "b": 1, "c": 2, "y": 3}
+    (*_, got), (*_, want) = run_both(engine, [spec], [a, b, bias, np.full((batch, m, n), np.nan, np.float32)])
+    bm = np.swapaxes(b, -1, -2) if trans_b else b
+    oracle = np.matmul(a.astype(np.float64), bm.astype(np.float64)) + bias
+    bound = 1e-5 * np.matmul(np.abs(a).astype(np.float64), np.abs(bm).astype(np.float64)) + 1e-6
+    assert (np.abs(got - oracle) <= bound).all() and (np.abs(want - oracle) <= bound).all()

@@ -443,7 +443,7 @@ static tb_status record_op(const tb_engine_op *op) {
     }
     tb_vk.UpdateDescriptorSets(tb_vk.device, TB_VK_BINDINGS, writes, 0, NULL);
     uint32_t push[TB_VK_PUSH_BYTES / 4] = {0};
-    uint32_t gx = 1, gy = 1;
+    uint32_t gx = 1, gy = 1, gz = 1;
     const uint32_t *limit = tb_vk.info.max_workgroup_count;
     switch (op->kind) {
     case TB_ENGINE_OP_UNARY:
@@ -466,6 +466,10 @@ static tb_status record_op(const tb_engine_op *op) {
         push[5] = (uint32_t)tb_engine_op_y_stride(op);
         push[6] = (uint32_t)op->y_col0;
         push[7] = (uint32_t)op->b_format;
+        push[8] = (uint32_t)op->batch;
+        push[9] = (uint32_t)op->a_batch;
+        push[10] = (uint32_t)op->b_batch;
+        gz = groups(op->batch > 1 ? op->batch : 1, 1, limit[2]);
         if (gemv) { /* shaders/gemv.comp: a workgroup per column (trans_b) or per 64 columns */
             gx = groups(op->n, op->trans_b ? 1 : 64, limit[0]);
         } else { /* 64x64 tiles (shaders/matmul.comp) */
@@ -570,7 +574,7 @@ static tb_status record_op(const tb_engine_op *op) {
     tb_vk.CmdBindDescriptorSets(tb_vk.command_buffer, VK_PIPELINE_BIND_POINT_COMPUTE, tb_vk.pipeline_layout, 0, 1, &set,
                                 0, NULL);
     tb_vk.CmdPushConstants(tb_vk.command_buffer, tb_vk.pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof push, push);
-    tb_vk.CmdDispatch(tb_vk.command_buffer, gx, gy, 1);
+    tb_vk.CmdDispatch(tb_vk.command_buffer, gx, gy, gz);
     return TB_OK;
 }
 
