@@ -138,12 +138,16 @@ typedef struct tb_engine_op {
     int format;       /* convert16: the 16-bit format (TB_ENGINE_WEIGHT_BF16 or TB_ENGINE_WEIGHT_F16) */
     float eps;        /* norms */
     float alpha, lo, hi; /* unary: leaky_relu slope, clamp bounds */
+    union { /* the parameters of one kind: llm (the LLM ops), strided (strided_copy), attention */
     struct {
         int64_t group;                   /* qmatmul int4 group size */
         int64_t heads, kv_heads, head_dim; /* rope, attention */
         int64_t tokens, pos0, capacity;  /* T rows at positions pos0 + t; cache positions per kv head */
         int64_t window, stride;          /* sliding window (0: full); floats per qkv row */
     } llm;
+    tb_engine_strided strided; /* strided_copy: the view read from a (at a_offset) */
+    tb_engine_attention attention;
+    };
     /* matmul, qmatmul: the output may be a column block of a wider matrix: row r, column j of the
      * product goes to y[r * y_stride + y_col0 + j] (y_stride 0 means n, then y_col0 must be 0). A weight
      * split by rows across buffers (larger than maxStorageBufferRange) runs as one op per part. */
@@ -151,9 +155,8 @@ typedef struct tb_engine_op {
     int64_t batch, a_batch, b_batch; /* matmul: products (0 or 1: one); product z reads a + z a_batch, b + z
                                       * b_batch and writes rows from z * M * y_stride */
     int64_t a_offset; /* copy: the first float of a that is read */
-    tb_engine_fused fused; /* fused: the chain */
-    tb_engine_strided strided; /* strided_copy: the view read from a (at a_offset) */
-    tb_engine_attention attention;
+    const tb_engine_fused *fused; /* fused: the chain (owned by the caller; kept small, since the LLM
+                                   * builds hundreds of ops a step) */
     tb_engine_buffer *a, *b, *c; /* inputs; NULL when absent (b: weight / matmul B, c: bias) */
     tb_engine_buffer *d;         /* fourth input of the LLM ops (scales, norm weights); NULL otherwise */
     tb_engine_buffer *y;         /* output; may equal a for unary, binary and row ops (in place) */

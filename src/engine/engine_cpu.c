@@ -85,7 +85,7 @@ static float *data(const tb_engine_buffer *buffer) { return buffer ? (float *)bu
 enum { BLOCK = 256, REGISTERS = TB_ENGINE_FUSED_INPUTS + TB_ENGINE_FUSED_STEPS };
 
 static tb_status run_fused(const tb_engine_op *op, const tb_elementwise_kernels *kernels) {
-    const tb_engine_fused *f = &op->fused;
+    const tb_engine_fused *f = op->fused;
     const float *in[TB_ENGINE_FUSED_INPUTS] = {data(op->a), data(op->b), data(op->c), data(op->d)};
     float *y = data(op->y);
     float(*r)[BLOCK] = malloc(sizeof(float) * BLOCK * REGISTERS);

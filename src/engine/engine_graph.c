@@ -9,7 +9,7 @@
  * block of the output's dims; scalars on either side), REDUCE (sum, max, min, mean) over adjacent
  * dims, MATMUL with a 2-D B, bias, activation and residual, SOFTMAX over the last dim, LAYER_NORM
  * (statistics unused) and RMS_NORM without epilogues. Dead nodes are ignored. After lowering,
- * fuse_chains joins each fused op with the next when that is the only reader of its result: a chain
+ * tb_engine_program_fuse_chains (engine_program.c) joins each fused op with the next when that is the only reader of its result: a chain
  * becomes one dispatch.
  *
  * 16-bit values (float16, bfloat16), where the engine has 16-bit storage (storage_16bit): a 16-bit graph
@@ -32,39 +32,8 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/engine_program.h"
 #include "graph/graph_internal.h"
-
-typedef struct program_fill {
-    int buffer;
-    float value;
-} program_fill;
-
-/* bytes [offset, offset + bytes) of graph input `input` uploaded into `buffer` at each run: the parts
- * of a weight split to fit maxStorageBufferRange */
-typedef struct program_slice {
-    int buffer, input;
-    size_t offset, bytes;
-} program_slice;
-
-/* an op whose operands are buffer indices (-1: absent), resolved to buffers at run time */
-typedef struct program_op {
-    tb_engine_op op;
-    int a, b, c, y, d;
-} program_op;
-
-struct tb_engine_program {
-    const tb_engine *engine;
-    int nbuffers;
-    size_t *buffer_bytes;
-    int ninputs, noutputs;
-    int *input_buffers, *output_buffers;
-    size_t *input_bytes, *output_bytes;
-    int nops, nfills, nslices;
-    program_op *ops;
-    program_fill *fills;
-    program_slice *slices;
-    bool *buffer_unused; /* no op or output reads it (an input that only split parts use): never made */
-};
 
 typedef struct builder {
     const tb_graph *graph;
@@ -253,11 +222,13 @@ static tb_status add_op(builder *b, const tb_engine_op *op, int a, int bb, int c
     return TB_OK;
 }
 
-/* A fused op over buffers inputs[0 .. op->fused.ninputs) (a, b, c, d). */
-static tb_status add_fused(builder *b, const tb_engine_op *op, const int *inputs, int y) {
-    const int n = op->fused.ninputs;
-    TB_TRY(add_op(b, op, inputs[0], n > 1 ? inputs[1] : -1, n > 2 ? inputs[2] : -1, y));
-    b->p->ops[b->p->nops - 1].d = n > 3 ? inputs[3] : -1;
+/* A fused op running `chain` over buffers inputs[0 .. chain->ninputs) (a, b, c, d) into y. */
+static tb_status add_fused(builder *b, const tb_engine_fused *chain, int64_t n, const int *inputs, int y) {
+    const int k = chain->ninputs;
+    tb_engine_op op = {.kind = TB_ENGINE_OP_FUSED, .n = n};
+    TB_TRY(add_op(b, &op, inputs[0], k > 1 ? inputs[1] : -1, k > 2 ? inputs[2] : -1, y));
+    b->p->ops[b->p->nops - 1].d = k > 3 ? inputs[3] : -1;
+    b->p->ops[b->p->nops - 1].chain = *chain;
     return TB_OK;
 }
 
@@ -386,14 +357,13 @@ static bool broadcast_pattern(const tb_value_info *v, const tb_value_info *out, 
     return true;
 }
 
-/* UNARY, BINARY, BINARY_SCALAR: a one-step fused op (fuse_chains joins neighbours later). */
+/* UNARY, BINARY, BINARY_SCALAR: a one-step fused op (tb_engine_program_fuse_chains (engine_program.c) joins neighbours later). */
 static tb_status lower_elementwise(builder *b, int index, const tb_node *n) {
     const tb_value_info *out = info_of(b, n->first_output);
     if (!contiguous(out))
         return refuse(b, index, "not contiguous");
-    tb_engine_op op = {.kind = TB_ENGINE_OP_FUSED, .n = numel(out)};
-    tb_engine_fused_step *step = &op.fused.steps[0];
-    op.fused.nsteps = 1;
+    tb_engine_fused chain = {.nsteps = 1};
+    tb_engine_fused_step *step = &chain.steps[0];
     int inputs[2] = {-1, -1};
     if (n->op == TB_OP_UNARY) {
         const tb_params_unary *up = &n->params.unary;
@@ -414,13 +384,13 @@ static tb_status lower_elementwise(builder *b, int index, const tb_node *n) {
     const int operands = n->op == TB_OP_BINARY && n->inputs[1] != n->inputs[0] ? 2 : 1;
     for (int k = 0; k < operands; k++) {
         const tb_value_info *in = info_of(b, n->inputs[k]);
-        if (!dense(b, n->inputs[k]) || !broadcast_pattern(in, out, &op.fused.len[k], &op.fused.inner[k]))
+        if (!dense(b, n->inputs[k]) || !broadcast_pattern(in, out, &chain.len[k], &chain.inner[k]))
             return refuse(b, index, "an operand broadcast over more than one block of dims, or not contiguous");
         inputs[k] = b->value_buffer[n->inputs[k]];
     }
-    op.fused.ninputs = operands;
+    chain.ninputs = operands;
     TB_TRY(new_buffer(b, n->first_output));
-    TB_TRY(add_fused(b, &op, inputs, b->value_buffer[n->first_output]));
+    TB_TRY(add_fused(b, &chain, numel(out), inputs, b->value_buffer[n->first_output]));
     return round_result(b, n->first_output);
 }
 
@@ -565,8 +535,7 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
     /* the activation and the residual as one fused op in place on y; a 16-bit product is rounded after
      * each stage, as the separate ATen ops round their results, so there each stage is its own op */
     const bool rounds = format_of(out->dtype) > 0;
-    tb_engine_op epilogue = {.kind = TB_ENGINE_OP_FUSED, .n = numel(out)};
-    tb_engine_fused *f = &epilogue.fused;
+    tb_engine_fused epilogue = {0}, *f = &epilogue;
     int inputs[2] = {y, residual};
     f->ninputs = 1;
     f->len[0] = numel(out);
@@ -575,7 +544,7 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
         TB_TRY(round_result(b, n->first_output));
         f->steps[f->nsteps++] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_UNARY, .code = activation_codes[mp->activation]};
         if (rounds || residual < 0) {
-            TB_TRY(add_fused(b, &epilogue, inputs, y));
+            TB_TRY(add_fused(b, &epilogue, numel(out), inputs, y));
             f->nsteps = 0;
         }
     }
@@ -586,7 +555,7 @@ static tb_status lower_matmul(builder *b, int index, const tb_node *n) {
         f->inner[1] = 1;
         const int last = f->nsteps > 0 ? TB_ENGINE_FUSED_INPUTS + f->nsteps - 1 : 0;
         f->steps[f->nsteps++] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_BINARY, .code = TB_BINARY_ADD, .lhs = last, .rhs = 1};
-        TB_TRY(add_fused(b, &epilogue, inputs, y));
+        TB_TRY(add_fused(b, &epilogue, numel(out), inputs, y));
     }
     return round_result(b, n->first_output);
 }
@@ -778,134 +747,6 @@ static tb_status lower_node(builder *b, int index) {
     }
 }
 
-/* ---- fusion of elementwise chains ---- */
-
-/* Where a fused op reads buffer `buffer` elementwise (len n, inner 1): its input slot, or -1. */
-static int full_input_slot(const program_op *po, int buffer) {
-    const int slots[TB_ENGINE_FUSED_INPUTS] = {po->a, po->b, po->c, po->d};
-    for (int k = 0; k < po->op.fused.ninputs; k++)
-        if (slots[k] == buffer && po->op.fused.len[k] == po->op.n && po->op.fused.inner[k] == 1)
-            return k;
-    return -1;
-}
-
-/* Appends op `e` to the chain `g` when it fits (registers, steps, inputs): e's reads of g's result
- * become reads of g's last register, its other inputs join g's (shared where equal). */
-static bool append_to_chain(program_op *g, const program_op *e) {
-    tb_engine_fused merged = g->op.fused;
-    int slots[TB_ENGINE_FUSED_INPUTS] = {g->a, g->b, g->c, g->d};
-    const int e_slots[TB_ENGINE_FUSED_INPUTS] = {e->a, e->b, e->c, e->d};
-    const tb_engine_fused *ef = &e->op.fused;
-    if (merged.nsteps + ef->nsteps > TB_ENGINE_FUSED_STEPS)
-        return false;
-    int reg_of[TB_ENGINE_FUSED_INPUTS + TB_ENGINE_FUSED_STEPS];
-    const int g_result = TB_ENGINE_FUSED_INPUTS + merged.nsteps - 1;
-    for (int k = 0; k < ef->ninputs; k++) {
-        if (e_slots[k] == g->y) { /* g's result, read elementwise (checked by the caller) */
-            reg_of[k] = g_result;
-            continue;
-        }
-        int found = -1;
-        for (int j = 0; j < merged.ninputs && found < 0; j++)
-            if (slots[j] == e_slots[k] && merged.len[j] == ef->len[k] && merged.inner[j] == ef->inner[k])
-                found = j;
-        if (found < 0) {
-            if (merged.ninputs == TB_ENGINE_FUSED_INPUTS)
-                return false;
-            found = merged.ninputs++;
-            slots[found] = e_slots[k];
-            merged.len[found] = ef->len[k];
-            merged.inner[found] = ef->inner[k];
-        }
-        reg_of[k] = found;
-    }
-    for (int s = 0; s < ef->nsteps; s++)
-        reg_of[TB_ENGINE_FUSED_INPUTS + s] = TB_ENGINE_FUSED_INPUTS + merged.nsteps + s;
-    for (int s = 0; s < ef->nsteps; s++) {
-        tb_engine_fused_step st = ef->steps[s];
-        st.lhs = reg_of[st.lhs];
-        if (st.kind == TB_ENGINE_STEP_BINARY)
-            st.rhs = reg_of[st.rhs];
-        merged.steps[merged.nsteps + s] = st;
-    }
-    merged.nsteps += ef->nsteps;
-    g->op.fused = merged;
-    g->a = slots[0];
-    g->b = merged.ninputs > 1 ? slots[1] : -1;
-    g->c = merged.ninputs > 2 ? slots[2] : -1;
-    g->d = merged.ninputs > 3 ? slots[3] : -1;
-    g->y = e->y;
-    return true;
-}
-
-/* Joins each fused op with the fused op right after it when that one is the only reader of its
- * result, reads it elementwise and covers the same n: the result then stays in a register (no buffer,
- * no dispatch). Graph outputs, inputs and constants are never folded away. */
-static tb_status fuse_chains(builder *b) {
-    tb_engine_program *p = b->p;
-    int *readers = calloc((size_t)p->nbuffers + 1, sizeof(int));
-    if (!readers)
-        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
-    for (int i = 0; i < p->nops; i++) {
-        const int operands[4] = {p->ops[i].a, p->ops[i].b, p->ops[i].c, p->ops[i].d};
-        for (int r = 0; r < 4; r++)
-            if (operands[r] >= 0)
-                readers[operands[r]]++;
-    }
-    for (int o = 0; o < p->noutputs; o++)
-        readers[p->output_buffers[o]] += 1 << 20;
-    for (int i = 0; i < p->ninputs; i++)
-        readers[p->input_buffers[i]] += 1 << 20;
-    for (int f = 0; f < p->nfills; f++)
-        readers[p->fills[f].buffer] += 1 << 20;
-    for (int s = 0; s < p->nslices; s++)
-        readers[p->slices[s].buffer] += 1 << 20;
-    int kept = 0;
-    for (int i = 0; i < p->nops; i++) {
-        program_op *e = &p->ops[i];
-        if (kept > 0) {
-            program_op *g = &p->ops[kept - 1];
-            int reads = 0;
-            const int e_slots[4] = {e->a, e->b, e->c, e->d};
-            for (int r = 0; r < 4; r++)
-                reads += e_slots[r] == g->y;
-            if (g->op.kind == TB_ENGINE_OP_FUSED && e->op.kind == TB_ENGINE_OP_FUSED && e->op.n == g->op.n && reads > 0 &&
-                readers[g->y] == reads && full_input_slot(e, g->y) >= 0 && e->y != g->a && e->y != g->b &&
-                e->y != g->c && e->y != g->d) {
-                bool elementwise = true; /* every read of g's result is at the element's own index */
-                for (int k = 0; k < e->op.fused.ninputs; k++)
-                    if (e_slots[k] == g->y && (e->op.fused.len[k] != e->op.n || e->op.fused.inner[k] != 1))
-                        elementwise = false;
-                program_op joined = *g;
-                if (elementwise && append_to_chain(&joined, e)) {
-                    /* the chain's new inputs are now read by it, and g's result by nobody */
-                    *g = joined;
-                    continue;
-                }
-            }
-        }
-        p->ops[kept++] = *e;
-    }
-    p->nops = kept;
-    free(readers);
-    return TB_OK;
-}
-
-void tb_engine_program_free(tb_engine_program *p) {
-    if (!p)
-        return;
-    free(p->buffer_bytes);
-    free(p->input_buffers);
-    free(p->output_buffers);
-    free(p->input_bytes);
-    free(p->output_bytes);
-    free(p->ops);
-    free(p->fills);
-    free(p->slices);
-    free(p->buffer_unused);
-    free(p);
-}
-
 /* Values some output depends on. */
 static void mark_live(const tb_graph *graph, bool *live) {
     for (int o = 0; o < graph->noutputs; o++)
@@ -984,10 +825,11 @@ static tb_status build(builder *b) {
         p->output_buffers[o] = b->value_buffer[value];
         p->output_bytes[o] = (size_t)numel(info) * sizeof(float);
     }
-    TB_TRY(fuse_chains(b));
+    TB_TRY(tb_engine_program_fuse_chains(p));
     /* every op must pass the engine's own checks (sizes, device limits) */
     for (int i = 0; i < p->nops; i++) {
         tb_engine_op probe = p->ops[i].op;
+        probe.fused = probe.kind == TB_ENGINE_OP_FUSED ? &p->ops[i].chain : NULL;
         if (!p->engine->supports_op(&probe)) {
             size_t extent[4];
             tb_engine_op_extents(&probe, &extent[0], &extent[1], &extent[2], &extent[3]);
@@ -1054,70 +896,4 @@ tb_status tb_engine_program_build(const tb_engine *engine, const tb_graph *graph
     }
     *out = b.p;
     return TB_OK;
-}
-
-int tb_engine_program_num_ops(const tb_engine_program *program) { return program->nops; }
-
-void tb_engine_program_copy_bytes(const tb_engine_program *program, size_t *to_engine, size_t *from_engine) {
-    *to_engine = *from_engine = 0;
-    for (int i = 0; i < program->ninputs; i++)
-        *to_engine += program->buffer_unused[program->input_buffers[i]] ? 0 : program->input_bytes[i];
-    for (int s = 0; s < program->nslices; s++)
-        *to_engine += program->slices[s].bytes;
-    for (int f = 0; f < program->nfills; f++)
-        *to_engine += program->buffer_bytes[program->fills[f].buffer];
-    for (int o = 0; o < program->noutputs; o++)
-        *from_engine += program->output_bytes[o];
-}
-
-tb_status tb_engine_program_run(const tb_engine_program *p, void *const *inputs, void *const *outputs) {
-    const tb_engine *engine = p->engine;
-    tb_engine_buffer **buffers = calloc((size_t)p->nbuffers + 1, sizeof *buffers);
-    tb_engine_op *ops = malloc(sizeof *ops * (size_t)(p->nops + 1));
-    tb_engine_download *downloads = malloc(sizeof *downloads * (size_t)(p->noutputs + 1));
-    tb_status status = (buffers && ops && downloads) ? TB_OK : tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
-    for (int i = 0; status == TB_OK && i < p->nbuffers; i++)
-        if (!p->buffer_unused[i])
-            status = engine->buffer_alloc(p->buffer_bytes[i], &buffers[i]);
-    for (int i = 0; status == TB_OK && i < p->ninputs; i++)
-        if (!p->buffer_unused[p->input_buffers[i]])
-            status = engine->buffer_upload(buffers[p->input_buffers[i]], 0, inputs[i], p->input_bytes[i]);
-    for (int s = 0; status == TB_OK && s < p->nslices; s++)
-        status = engine->buffer_upload(buffers[p->slices[s].buffer], 0, (const char *)inputs[p->slices[s].input] +
-                                       p->slices[s].offset, p->slices[s].bytes);
-    for (int f = 0; status == TB_OK && f < p->nfills; f++) {
-        tb_engine_buffer *buffer = buffers[p->fills[f].buffer];
-        size_t count = buffer->bytes / sizeof(float);
-        float *host = malloc(sizeof(float) * (count ? count : 1));
-        if (!host) {
-            status = tb_error_set(TB_ERR_OUT_OF_MEMORY, "engine program: out of memory");
-            break;
-        }
-        for (size_t e = 0; e < count; e++)
-            host[e] = p->fills[f].value;
-        status = engine->buffer_upload(buffer, 0, host, count * sizeof(float));
-        free(host);
-    }
-    if (status == TB_OK) {
-        for (int i = 0; i < p->nops; i++) {
-            const program_op *po = &p->ops[i];
-            ops[i] = po->op;
-            ops[i].a = po->a >= 0 ? buffers[po->a] : NULL;
-            ops[i].b = po->b >= 0 ? buffers[po->b] : NULL;
-            ops[i].c = po->c >= 0 ? buffers[po->c] : NULL;
-            ops[i].d = po->d >= 0 ? buffers[po->d] : NULL;
-            ops[i].y = buffers[po->y];
-        }
-        for (int o = 0; o < p->noutputs; o++)
-            downloads[o] = (tb_engine_download){.buffer = buffers[p->output_buffers[o]], .bytes = p->output_bytes[o],
-                                                .dst = outputs[o]};
-        /* inputs, ops and outputs: one submission on an engine that batches */
-        status = tb_engine_run_download(engine, ops, p->nops, downloads, p->noutputs);
-    }
-    for (int i = 0; buffers && i < p->nbuffers; i++)
-        engine->buffer_free(buffers[i]);
-    free(buffers);
-    free(ops);
-    free(downloads);
-    return status;
 }

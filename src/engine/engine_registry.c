@@ -246,8 +246,8 @@ void tb_engine_op_extents(const tb_engine_op *op, size_t *a_bytes, size_t *b_byt
         break;
     case TB_ENGINE_OP_FUSED: {
         size_t *in[3] = {a_bytes, b_bytes, c_bytes};
-        for (int k = 0; k < 3 && k < op->fused.ninputs; k++)
-            *in[k] = (size_t)op->fused.len[k] * f;
+        for (int k = 0; op->fused && k < 3 && k < op->fused->ninputs; k++)
+            *in[k] = (size_t)op->fused->len[k] * f;
         *y_bytes = (size_t)op->n * f;
         break;
     }
@@ -287,8 +287,8 @@ size_t tb_engine_op_d_extent(const tb_engine_op *op) {
         return (size_t)(op->code == 4 && op->llm.group > 0 ? op->n * (op->k / op->llm.group) : op->n) * sizeof(float);
     if (op->kind == TB_ENGINE_OP_LLM_ROPE && op->d)
         return (size_t)(2 * op->llm.head_dim) * sizeof(float);
-    if (op->kind == TB_ENGINE_OP_FUSED && op->fused.ninputs > 3)
-        return (size_t)op->fused.len[3] * sizeof(float);
+    if (op->kind == TB_ENGINE_OP_FUSED && op->fused && op->fused->ninputs > 3)
+        return (size_t)op->fused->len[3] * sizeof(float);
     if (op->kind == TB_ENGINE_OP_ATTENTION && op->d) { /* the furthest mask element read */
         const tb_engine_attention *at = &op->attention;
         const int64_t sizes[4] = {at->batch, at->q_heads, at->q_len, at->kv_len};
@@ -343,7 +343,9 @@ static tb_status validate_llm(const tb_engine_op *op) {
 
 /* A fused chain's structure: inputs that tile n, steps reading only inputs and earlier steps. */
 static tb_status validate_fused(const tb_engine_op *op) {
-    const tb_engine_fused *f = &op->fused;
+    const tb_engine_fused *f = op->fused;
+    if (!f)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: the chain (op->fused) is missing");
     if (op->n < 0 || op->n > ((int64_t)1 << 40))
         return tb_error_set(TB_ERR_SHAPE, "fused op: n=%lld is out of range", (long long)op->n);
     if (f->ninputs < 1 || f->ninputs > TB_ENGINE_FUSED_INPUTS || f->nsteps < 1 || f->nsteps > TB_ENGINE_FUSED_STEPS)
@@ -533,9 +535,9 @@ tb_status tb_engine_op_validate(const tb_engine *engine, const tb_engine_op *op)
     TB_TRY(check_buffer(engine, op, "a", op->a, a_bytes));
     TB_TRY(check_buffer(engine, op, "y", op->y, y_bytes));
     if (op->kind == TB_ENGINE_OP_FUSED) /* every input present: ninputs of them */
-        for (int k = 1; k < op->fused.ninputs; k++)
+        for (int k = 1; k < op->fused->ninputs; k++)
             if (!(k == 1 ? op->b : k == 2 ? op->c : op->d))
-                return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: input %d of %d is missing", k, op->fused.ninputs);
+                return tb_error_set(TB_ERR_INVALID_ARGUMENT, "fused op: input %d of %d is missing", k, op->fused->ninputs);
     if (op->kind == TB_ENGINE_OP_BINARY || op->kind == TB_ENGINE_OP_MATMUL || op->kind == TB_ENGINE_OP_QMATMUL || op->b)
         TB_TRY(check_buffer(engine, op, "b", op->b, b_bytes));
     if (op->c)

@@ -195,7 +195,8 @@ static int get_int_list(PyObject *dict, const char *key, int64_t *out, int max) 
 }
 
 /* op dict -> tb_engine_op; operand entries are indices into `buffers` (None or absent: no operand) */
-static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuffers, bool *written, tb_engine_op *op) {
+static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuffers, bool *written, tb_engine_op *op,
+                    tb_engine_fused *chain) {
     if (!PyDict_Check(dict)) {
         PyErr_SetString(PyExc_TypeError, "engine_run: each op must be a dict");
         return -1;
@@ -241,8 +242,11 @@ static int parse_op(PyObject *dict, tb_engine_buffer **buffers, Py_ssize_t nbuff
             return -1;
         }
     }
-    if (op->kind == TB_ENGINE_OP_FUSED && parse_fused(dict, &op->fused) != 0)
-        return -1;
+    if (op->kind == TB_ENGINE_OP_FUSED) { /* the chain lives in `chain` (one per op) until the run ends */
+        if (parse_fused(dict, chain) != 0)
+            return -1;
+        op->fused = chain;
+    }
     if (op->kind == TB_ENGINE_OP_STRIDED_COPY) { /* "shape", "strides" (lists), "a_offset" */
         int dims = get_int_list(dict, "shape", op->strided.shape, TB_ENGINE_STRIDED_DIMS);
         if (dims < 0 || get_int_list(dict, "strides", op->strided.strides, TB_ENGINE_STRIDED_DIMS) < 0)
@@ -319,10 +323,11 @@ static PyObject *py_engine_run(PyObject *module, PyObject *const *args, Py_ssize
     tb_engine_buffer **buffers = PyMem_Calloc((size_t)narrays + 1, sizeof *buffers);
     bool *written = PyMem_Calloc((size_t)narrays + 1, sizeof *written);
     tb_engine_op *ops = PyMem_Calloc((size_t)nops + 1, sizeof *ops);
+    tb_engine_fused *chains = PyMem_Calloc((size_t)nops + 1, sizeof *chains);
     tb_engine_download *downloads = PyMem_Calloc((size_t)narrays + 1, sizeof *downloads);
     PyObject *result = NULL;
     Py_ssize_t imported = 0;
-    if (!tensors || !buffers || !written || !ops || !downloads) {
+    if (!tensors || !buffers || !written || !ops || !chains || !downloads) {
         PyErr_NoMemory();
         goto done;
     }
@@ -351,7 +356,7 @@ static PyObject *py_engine_run(PyObject *module, PyObject *const *args, Py_ssize
         goto done;
     }
     for (Py_ssize_t o = 0; o < nops; o++)
-        if (parse_op(PyList_GET_ITEM(args[1], o), buffers, narrays, written, &ops[o]) != 0)
+        if (parse_op(PyList_GET_ITEM(args[1], o), buffers, narrays, written, &ops[o], &chains[o]) != 0)
             goto done;
     for (Py_ssize_t i = 0; i < narrays; i++) {
         if (written[i] && tensors[i].storage->read_only) {
@@ -383,6 +388,7 @@ done:
     PyMem_Free(written);
     PyMem_Free(downloads);
     PyMem_Free(ops);
+    PyMem_Free(chains);
     return result;
 }
 

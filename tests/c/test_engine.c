@@ -267,11 +267,11 @@ static void test_fused_and_reduce(void) {
         tb_engine_buffer *bt = buffer_with(engine, NULL, N);
         TB_CHECK(bx && brow && bfull && by && bt);
         /* y = 1 - tanh(x) * row  (unary, binary with a [3, 1] operand, scalar first) */
-        tb_engine_op fused = {.kind = TB_ENGINE_OP_FUSED, .n = N, .a = bx, .b = brow, .y = by};
-        fused.fused = (tb_engine_fused){.ninputs = 2, .nsteps = 3, .len = {N, ROWS}, .inner = {1, COLS}};
-        fused.fused.steps[0] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_UNARY, .code = TB_UNARY_TANH, .lhs = 0};
-        fused.fused.steps[1] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_BINARY, .code = TB_BINARY_MUL, .lhs = 4, .rhs = 1};
-        fused.fused.steps[2] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_SCALAR_FIRST, .code = TB_BINARY_SUB, .lhs = 5,
+        tb_engine_fused chain = {.ninputs = 2, .nsteps = 3, .len = {N, ROWS}, .inner = {1, COLS}};
+        tb_engine_op fused = {.kind = TB_ENGINE_OP_FUSED, .n = N, .a = bx, .b = brow, .y = by, .fused = &chain};
+        chain.steps[0] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_UNARY, .code = TB_UNARY_TANH, .lhs = 0};
+        chain.steps[1] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_BINARY, .code = TB_BINARY_MUL, .lhs = 4, .rhs = 1};
+        chain.steps[2] = (tb_engine_fused_step){.kind = TB_ENGINE_STEP_SCALAR_FIRST, .code = TB_BINARY_SUB, .lhs = 5,
                                                       .scalar = 1.0f};
         TB_CHECK(engine->run(&fused, 1) == TB_OK);
         TB_CHECK(engine->buffer_download(by, 0, got, sizeof got) == TB_OK);
@@ -284,16 +284,21 @@ static void test_fused_and_reduce(void) {
         for (int i = 0; i < N; i++)
             want[i] = 1.0f - scratch[i];
         TB_CHECK(memcmp(got, want, sizeof got) == 0);
-        /* refusals: a register that holds nothing, an input that does not tile n, a missing input */
+        /* refusals: a register that holds nothing, an input that does not tile n, a missing input or chain */
+        tb_engine_fused bad_chain = chain;
         tb_engine_op bad = fused;
-        bad.fused.steps[1].rhs = 6;
+        bad.fused = &bad_chain;
+        bad_chain.steps[1].rhs = 6;
         TB_CHECK(engine->run(&bad, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "reads register 6"));
-        bad = fused;
-        bad.fused.len[1] = 4;
+        bad_chain = chain;
+        bad_chain.len[1] = 4;
         TB_CHECK(engine->run(&bad, 1) == TB_ERR_SHAPE && strstr(tb_error_message(), "does not tile n=15"));
-        bad = fused;
+        bad_chain = chain;
         bad.b = NULL;
         TB_CHECK(engine->run(&bad, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "input 1 of 2 is missing"));
+        bad = fused;
+        bad.fused = NULL;
+        TB_CHECK(engine->run(&bad, 1) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "chain (op->fused) is missing"));
         /* reductions of x as [1, 3, 5] over the middle dim (inner 5) and as [3, 5, 1] (rows) */
         const int codes[4] = {TB_REDUCE_SUM, TB_REDUCE_MAX, TB_REDUCE_MIN, 4};
         for (int c = 0; c < 4; c++) {

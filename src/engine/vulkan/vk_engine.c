@@ -524,8 +524,8 @@ static tb_status record_op(const tb_engine_op *op) {
     case TB_ENGINE_OP_FUSED: /* shaders/fused.comp: n, then (len, inner) per input (1, 1 when absent) */
         push[0] = (uint32_t)op->n;
         for (int k = 0; k < TB_ENGINE_FUSED_INPUTS; k++) {
-            push[1 + 2 * k] = k < op->fused.ninputs ? (uint32_t)op->fused.len[k] : 1u;
-            push[2 + 2 * k] = k < op->fused.ninputs ? (uint32_t)op->fused.inner[k] : 1u;
+            push[1 + 2 * k] = k < op->fused->ninputs ? (uint32_t)op->fused->len[k] : 1u;
+            push[2 + 2 * k] = k < op->fused->ninputs ? (uint32_t)op->fused->inner[k] : 1u;
         }
         gx = groups(op->n, 256, limit[0]);
         break;
@@ -619,7 +619,7 @@ static int downloads_in_run(const tb_engine_download *downloads, int count, VkDe
 /* One submission: queued uploads, the ops (a barrier between consecutive ones), the downloads. */
 static tb_status run_locked(const tb_engine_op *ops, int count, const tb_engine_download *downloads, int ndownloads) {
     TB_TRY(tb_vk_init_locked());
-    if (tb_vk.fused_count + count > TB_VK_FUSED_CACHE_MAX)
+    if (tb_vk.fused_count >= TB_VK_FUSED_CACHE_MAX)
         tb_vk_fused_release(); /* nothing is recorded between runs, so no command buffer uses them */
     int dispatches = 0;
     for (int i = 0; i < count; i++) {

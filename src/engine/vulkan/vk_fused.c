@@ -38,7 +38,7 @@ void tb_vk_fused_release(void) {
 
 tb_status tb_vk_fused_pipeline_for(const tb_engine_op *op, VkPipeline *out) {
     uint32_t words[TB_VK_FUSED_WORDS];
-    specialization_words(&op->fused, words);
+    specialization_words(op->fused, words);
     for (int i = 0; i < tb_vk.fused_count; i++)
         if (memcmp(tb_vk.fused[i].words, words, sizeof words) == 0) {
             *out = tb_vk.fused[i].pipeline;
