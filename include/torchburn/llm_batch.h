@@ -3,7 +3,10 @@
  * many as a per-step token budget allows) and one token of every decoding request together (the matmuls take M = decoding sequences, so weights are read
  * once per step for all of them); requests join between steps and leave when finished or cancelled. A new
  * request maps the longest cached prompt prefix (whole blocks published by earlier prompts, kept after their
- * request left until the pool needs the room) into its table without copying.
+ * request left until the pool needs the room) into its table without copying. A request is admitted when
+ * the pool has the blocks for its prompt beside the running ones; when a running request cannot get a
+ * block, the most recently admitted one is preempted (blocks given back) and later resumed by replaying its
+ * tokens, with the same tokens as an uninterrupted run. Only a request alone in the engine fails for blocks.
  *
  * Contract (docs/serving.md): a request's tokens depend only on its own prompt, sampling settings and seed,
  * never on what else runs in the engine: batched decode rows round exactly like a single-sequence decode,
@@ -94,6 +97,9 @@ typedef struct tb_llm_batch_stats {
      * cached (no holder, a published prefix kept for reuse), evicted so far; all 0 on GPU models */
     int64_t kv_blocks, kv_blocks_allocated, kv_blocks_in_use, kv_blocks_shared, kv_blocks_cached,
         kv_blocks_evicted;
+    /* pooled engines: requests preempted (blocks given back, resumed later with the same tokens) and
+     * requests that waited in the queue for blocks although a slot was free (each counted once) */
+    int64_t preemptions, admission_waits;
     char last_error[256];
 } tb_llm_batch_stats;
 
@@ -107,8 +113,8 @@ TB_API TB_NODISCARD tb_status tb_llm_batch_new(const tb_llm_model *model, const 
 TB_API void tb_llm_batch_free(tb_llm_batch *batch);
 
 /* Queues a request and returns its id (> 0). Errors (nothing queued): TB_ERR_INVALID_ARGUMENT naming the
- * problem (empty prompt, id outside the vocabulary, prompt longer than ctx_size, max_tokens < 1, bad
- * sampling or penalties, logprobs out of range, a constraint without options.tokenizer). */
+ * problem (empty prompt, id outside the vocabulary, prompt longer than ctx_size or than the KV pool,
+ * max_tokens < 1, bad sampling or penalties, logprobs out of range, a constraint without options.tokenizer). */
 TB_API TB_NODISCARD tb_status tb_llm_batch_submit(tb_llm_batch *batch, const tb_llm_batch_request *request,
                                                   uint64_t *id);
 /* Asks the engine to drop request `id` before its next step; its final event has finish ABORTED. An id that

@@ -4,7 +4,8 @@
  * published prefix blocks stay cached in the pool) and admit queued requests into free ones; then,
  * unlocked, map each new request's cached prefix, run aligned prompt chunks (one, or as many as the per-step token budget batch_tokens
  * leaves beside the decoding rows, longest-waiting request first) and one batched decode step of every
- * decoding slot, sample, and record events.
+ * decoding slot, sample, and record events. Out of blocks, the most recently admitted running request is
+ * preempted and later resumed by replay (see "preemption" below); admission waits for blocks.
  *
  * Determinism: a slot's "canonical" length counts its leading positions that were computed by whole
  * prefill chunks [k P, (k + 1) P) (P = prefill_chunk) from a canonical prefix; only those are reused, and
@@ -41,10 +42,18 @@ typedef struct request {
     int32_t logprobs;
     tb_llm_constraint constraint;
     bool cancelled;
+    /* Set when the request was preempted (its slot and blocks taken back for the others): the tokens it
+     * had sampled (all already sent), and the per-request state its resumption continues from. */
+    int32_t *generated;
+    int64_t generated_count;
+    tb_llm_sampler *sampler;
+    tb_llm_json_constraint json;
+    int64_t preemptions;
     struct request *next;
 } request;
 
-typedef enum slot_state { SLOT_FREE, SLOT_ADMITTED, SLOT_PREFILL, SLOT_DECODE, SLOT_DONE } slot_state;
+/* PREEMPTED: the slot's blocks were released to make room; the engine moves its request back to the queue. */
+typedef enum slot_state { SLOT_FREE, SLOT_ADMITTED, SLOT_PREFILL, SLOT_DECODE, SLOT_DONE, SLOT_PREEMPTED } slot_state;
 
 typedef struct slot {
     tb_llm_session *session;
@@ -55,6 +64,7 @@ typedef struct slot {
     int64_t prefilled; /* prompt positions in the cache */
     int64_t produced, reused;
     int32_t pending;   /* last sampled token, not yet run through the model */
+    int64_t replay;    /* resumed request: generated[0, replay) were fed back; sampling resumes at generated_count */
     int32_t *counts;   /* [V] scratch for the OpenAI penalties, zero between uses */
     tb_llm_json_constraint json; /* the request's constraint state (constraint JSON_OBJECT) */
     uint64_t last_used, admitted;
@@ -80,6 +90,8 @@ struct tb_llm_batch {
     int64_t prefill_chunks, prefill_steps;
     int64_t decode_steps, decode_rows;
     int64_t reused_tokens, prefix_hits, prefill_tokens_run;
+    int64_t preemptions, admission_waits;
+    uint64_t waiting_id; /* the request that last waited for blocks (counted once) */
     tb_llm_kv_pool *pool; /* NULL for GPU models */
     int32_t *found;       /* [ceil(ctx_size / 16)] prefix lookup scratch */
     tb_llm_step_scratch scratch;
@@ -102,6 +114,8 @@ static void request_free(request *r) {
         return;
     free(r->prompt);
     free(r->stop_ids);
+    free(r->generated);
+    tb_llm_sampler_free(r->sampler);
     free(r);
 }
 
@@ -164,7 +178,7 @@ static void final_event(const tb_llm_batch *b, const slot *s, const request *r, 
     e->finish = finish;
     e->prompt_tokens = r->prompt_count;
     e->reused_tokens = s ? s->reused : 0;
-    e->generated_tokens = s ? s->produced : 0;
+    e->generated_tokens = s ? s->produced : r->generated_count;
 }
 
 /* ---- slots ---- */
@@ -246,19 +260,135 @@ static tb_status start_slot(tb_llm_batch *b, slot *s) {
     b->reused_tokens += own;
     b->prefill_tokens_run += r->prompt_count - own;
     TB_TRY(extend_prefix(b, s));
-    s->produced = 0;
     s->pending = -1;
+    s->replay = 0;
     tb_llm_sampler_free(s->sampler);
     s->sampler = NULL;
-    TB_TRY(tb_llm_sampler_new(b->model->vocab, &r->sampling, &s->sampler));
     if ((r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f) && !s->counts) {
         s->counts = calloc((size_t)b->model->vocab, sizeof *s->counts);
         if (!s->counts)
             return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory for penalty counts");
     }
-    tb_llm_json_constraint_init(&s->json, &b->tokens, r->stop_ids, r->stop_count);
+    s->produced = r->generated_count;
+    if (r->sampler) { /* resumed: the sampler (its random state) and the JSON state continue where they were */
+        s->sampler = r->sampler;
+        r->sampler = NULL;
+        s->json = r->json;
+    } else {
+        TB_TRY(tb_llm_sampler_new(b->model->vocab, &r->sampling, &s->sampler));
+        tb_llm_json_constraint_init(&s->json, &b->tokens, r->stop_ids, r->stop_count);
+    }
     s->state = SLOT_PREFILL;
     return TB_OK;
+}
+
+/* ---- preemption and admission by blocks (pooled engines) ----
+ *
+ * When a slot cannot get the block its next chunk or token needs, the most recently admitted running
+ * request gives its blocks back (its published prefix blocks stay cached, so most of its prompt is found
+ * again) and returns to the queue in arrival order. Resuming it runs its prompt in the same aligned chunks
+ * and then feeds its already generated tokens back as decode rows without sampling: both are exactly the
+ * computations of its first run (chunks are deterministic, decode rows are row-independent), so it goes on
+ * with the same cache bits, sampler state and JSON state, and its tokens are those of an uninterrupted run.
+ * A request alone in the engine that still does not fit fails with the KV-full status. */
+
+static void fail_slot(tb_llm_batch *b, slot *s, tb_status status);
+
+static int64_t blocks_for(int64_t positions) { return (positions + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK; }
+
+/* Positions a request needs to take its next step: its prompt and the tokens it generated, plus one. */
+static int64_t request_positions(const request *r) { return r->prompt_count + r->generated_count + 1; }
+
+/* Engine thread: releases slot s's blocks and parks its request (exchange() requeues it). */
+static void preempt(tb_llm_batch *b, slot *s) {
+    request *r = s->req;
+    if (s->state == SLOT_DECODE && s->replay >= r->generated_count) {
+        /* past any replay: the generated tokens are the session's history after the prompt, and `pending` */
+        const int64_t length = tb_llm_session_length(s->session), count = length - r->prompt_count + 1;
+        int32_t *generated = realloc(r->generated, (size_t)count * sizeof *generated);
+        if (!generated) { /* cannot keep what it needs to resume: it fails instead */
+            tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory preempting a request");
+            fail_slot(b, s, TB_ERR_OUT_OF_MEMORY);
+            return;
+        }
+        memcpy(generated, tb_llm_session_tokens(s->session) + r->prompt_count,
+               (size_t)(count - 1) * sizeof *generated);
+        generated[count - 1] = s->pending;
+        r->generated = generated;
+        r->generated_count = count;
+    } /* else: still prefilling or replaying, and r->generated already holds what it had produced */
+    r->sampler = s->sampler;
+    s->sampler = NULL;
+    r->json = s->json;
+    r->preemptions++;
+    b->preemptions++;
+    if (tb_llm_session_truncate(s->session, 0) != TB_OK) /* cannot fail: 0 is always a valid length */
+        tb_error_clear();
+    s->canonical = s->prefilled = 0;
+    s->state = SLOT_PREEMPTED;
+}
+
+/* Engine thread: a running slot could not get a block (`status`). Preempts the most recently admitted
+ * running request (possibly that one) and returns true, or returns false when it runs alone (then nothing
+ * can make room) or the failure was not for memory. */
+static bool make_room(tb_llm_batch *b, tb_status status) {
+    if (!b->pool || status != TB_ERR_OUT_OF_MEMORY)
+        return false;
+    slot *victim = NULL;
+    int64_t running = 0;
+    for (int64_t i = 0; i < b->options.slots; i++) {
+        slot *t = &b->slots[i];
+        if (t->state != SLOT_PREFILL && t->state != SLOT_DECODE)
+            continue;
+        running++;
+        if (!victim || t->admitted > victim->admitted)
+            victim = t;
+    }
+    if (running < 2)
+        return false;
+    tb_error_clear();
+    preempt(b, victim);
+    return true;
+}
+
+/* Engine thread: reserves `positions` in slot s, preempting others (or s) while the pool is out of blocks.
+ * Returns TB_OK with s still running, TB_OK with s preempted (state SLOT_PREEMPTED), or the error. */
+static tb_status reserve_or_preempt(tb_llm_batch *b, slot *s, int64_t positions) {
+    const slot_state state = s->state;
+    for (;;) {
+        const tb_status status = tb_llm_session_reserve(s->session, positions);
+        if (status == TB_OK || !make_room(b, status))
+            return status;
+        if (s->state != state)
+            return TB_OK;
+    }
+}
+
+/* Under the lock, engine thread: whether request r may be admitted beside the running ones. Blocks it would
+ * take (its positions, less leading prompt blocks other requests already hold and would share) must fit in
+ * the blocks no request holds (free or cached, which are evictable) less those the running requests still
+ * need for their prompts. Decode growth is not reserved: preemption covers it. */
+static bool fits(const tb_llm_batch *b, const request *r) {
+    tb_llm_kv_pool_stats pool;
+    tb_llm_kv_pool_get_stats(b->pool, &pool);
+    int64_t committed = 0;
+    for (int64_t i = 0; i < b->options.slots; i++) {
+        const slot *s = &b->slots[i];
+        if (s->state != SLOT_ADMITTED && s->state != SLOT_PREFILL && s->state != SLOT_DECODE)
+            continue;
+        const int64_t target = s->state == SLOT_DECODE ? tb_llm_session_length(s->session) + 1 : request_positions(s->req);
+        int64_t held;
+        (void)tb_llm_session_table(s->session, &held);
+        committed += blocks_for(target) > held ? blocks_for(target) - held : 0;
+    }
+    int64_t need = blocks_for(request_positions(r));
+    for (int32_t j = 0, parent = -1; j < (r->prompt_count - 1) / TB_LLM_KEY_BLOCK; j++) {
+        parent = tb_llm_kv_pool_find(b->pool, parent, r->prompt + (int64_t)j * TB_LLM_KEY_BLOCK);
+        if (parent < 0 || tb_llm_kv_pool_refcount(b->pool, parent) == 0)
+            break;
+        need--;
+    }
+    return need <= pool.blocks - pool.in_use - committed;
 }
 
 /* Engine thread: ends slot s's request with the error `status` (its message is the thread's). */
@@ -401,8 +531,13 @@ static void run_chunk(tb_llm_batch *b, slot *s) {
         if (b->pool)
             publish_chunk(b, s, begin, end);
     }
-    if (last && (status = take_token(b, s, b->logits)) != TB_OK)
+    if (last && r->generated_count > 0) { /* resumed: its first token is known; feed the generated ones back */
+        s->pending = r->generated[0];
+        s->replay = 1;
+        s->state = SLOT_DECODE;
+    } else if (last && (status = take_token(b, s, b->logits)) != TB_OK) {
         fail_slot(b, s, status);
+    }
 }
 
 /* Engine thread: the prompt chunks of this step, oldest admitted request first. Without a token budget one
@@ -427,6 +562,13 @@ static void prefill_step(tb_llm_batch *b) {
         const int64_t tokens = chunk_end(b, s) - s->prefilled;
         if (!first && tokens > budget)
             return;
+        const tb_status room = reserve_or_preempt(b, s, chunk_end(b, s));
+        if (room != TB_OK) {
+            fail_slot(b, s, room);
+            continue;
+        }
+        if (s->state != SLOT_PREFILL) /* preempted (it was the most recent): the next one */
+            continue;
         budget -= tokens;
         b->prefill_steps += first;
         run_chunk(b, s);
@@ -437,16 +579,18 @@ static void prefill_step(tb_llm_batch *b) {
 
 /* Engine thread: one token of every decoding slot, together. */
 static void decode_step(tb_llm_batch *b) {
+    for (int64_t i = 0; i < b->options.slots; i++) {
+        /* the next position's block, per slot, before any row is chosen (preemption may take any slot) */
+        slot *s = &b->slots[i];
+        if (s->state != SLOT_DECODE)
+            continue;
+        const tb_status status = reserve_or_preempt(b, s, tb_llm_session_length(s->session) + 1);
+        if (status != TB_OK)
+            fail_slot(b, s, status);
+    }
     int64_t m = 0;
     for (int64_t i = 0; i < b->options.slots; i++)
         if (b->slots[i].state == SLOT_DECODE) {
-            /* the next position's block, per slot: one that cannot get it fails alone */
-            slot *s = &b->slots[i];
-            const tb_status status = tb_llm_session_reserve(s->session, tb_llm_session_length(s->session) + 1);
-            if (status != TB_OK) {
-                fail_slot(b, s, status);
-                continue;
-            }
             b->step_slots[m] = i;
             b->step_sessions[m] = b->slots[i].session;
             b->step_tokens[m++] = b->slots[i].pending;
@@ -467,6 +611,8 @@ static void decode_step(tb_llm_batch *b) {
         tb_status row = status;
         if (row != TB_OK)
             tb_error_set(row, "%s", message);
+        else if (s->replay < s->req->generated_count) /* resuming: the next token is the one it had sampled */
+            s->pending = s->req->generated[s->replay++];
         else
             row = take_token(b, s, b->logits + j * b->model->vocab);
         if (row != TB_OK)
@@ -497,6 +643,16 @@ static bool exchange(tb_llm_batch *b) {
             b->stats.requests_cancelled++;
             s->state = SLOT_DONE;
         }
+        if (s->state == SLOT_PREEMPTED) { /* back to the queue, in arrival order (ids grow with it) */
+            request *r = s->req, **link = &b->queue_head;
+            while (*link && (*link)->id < r->id)
+                link = &(*link)->next;
+            r->next = *link;
+            *link = r;
+            b->stats.queued++;
+            s->req = NULL;
+            s->state = SLOT_FREE;
+        }
         if (s->state == SLOT_DONE) {
             request_free(s->req);
             s->req = NULL;
@@ -526,7 +682,15 @@ static bool exchange(tb_llm_batch *b) {
     b->queue_tail = NULL;
     for (request *r = b->queue_head; r; r = r->next)
         b->queue_tail = r;
+    int64_t running = 0;
+    for (int64_t i = 0; i < b->options.slots; i++)
+        running += b->slots[i].state != SLOT_FREE;
     while (b->queue_head) { /* the free slot whose own cache serves the request best, else the least recent */
+        if (b->pool && running > 0 && !fits(b, b->queue_head)) { /* it waits (in order) for blocks */
+            b->admission_waits += b->queue_head->id != b->waiting_id;
+            b->waiting_id = b->queue_head->id;
+            break;
+        }
         slot *best = NULL;
         int64_t best_reuse = -1;
         for (int64_t i = 0; i < b->options.slots; i++) {
@@ -550,6 +714,7 @@ static bool exchange(tb_llm_batch *b) {
         best->state = SLOT_ADMITTED;
         best->reused = best->produced = 0;
         best->admitted = best->last_used = ++b->clock;
+        running++;
     }
     b->stats.prefill_seconds = b->prefill_seconds;
     b->stats.prefill_chunks = b->prefill_chunks;
@@ -568,6 +733,8 @@ static bool exchange(tb_llm_batch *b) {
     b->stats.reused_tokens = b->reused_tokens;
     b->stats.prefix_hits = b->prefix_hits;
     b->stats.prefill_tokens_run = b->prefill_tokens_run;
+    b->stats.preemptions = b->preemptions;
+    b->stats.admission_waits = b->admission_waits;
     if (b->pool) {
         tb_llm_kv_pool_stats pool;
         tb_llm_kv_pool_get_stats(b->pool, &pool);
@@ -601,7 +768,7 @@ static void *engine_main(void *context) {
             if (s->state != SLOT_ADMITTED)
                 continue;
             pthread_mutex_lock(&b->lock);
-            b->stats.prompt_tokens += s->req->prompt_count;
+            b->stats.prompt_tokens += s->req->preemptions == 0 ? s->req->prompt_count : 0;
             pthread_mutex_unlock(&b->lock);
             const tb_status status = start_slot(b, s);
             if (status != TB_OK)
@@ -756,6 +923,11 @@ static tb_status check_request(const tb_llm_batch *b, const tb_llm_batch_request
         if (r->prompt[i] < 0 || r->prompt[i] >= vocab)
             return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: prompt token %d at position %lld is outside the "
                                 "vocabulary [0, %lld)", (int)r->prompt[i], (long long)i, (long long)vocab);
+    if (!b->model->gpu && blocks_for(r->prompt_count + 1) > b->options.kv_blocks)
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: the prompt has %lld tokens, which with the first "
+                            "generated one need %lld KV blocks of %d positions, but the pool holds %lld (kv_blocks)",
+                            (long long)r->prompt_count, (long long)blocks_for(r->prompt_count + 1), TB_LLM_KEY_BLOCK,
+                            (long long)b->options.kv_blocks);
     if (r->max_tokens < 1)
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: max_tokens must be >= 1, got %lld",
                             (long long)r->max_tokens);

@@ -258,7 +258,7 @@ static PyObject *batch_get_stats(py_llm_batch *self, void *closure) {
     tb_llm_batch_get_stats(self->batch, &s);
     return Py_BuildValue(
         "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
-        "s:L,s:s}", "slots",
+        "s:L,s:L,s:L,s:s}", "slots",
         (long long)s.slots, "ctx_size", (long long)s.ctx_size, "prefill_chunk", (long long)s.prefill_chunk,
         "batch_tokens", (long long)s.batch_tokens, "prefill_chunks", (long long)s.prefill_chunks,
         "prefill_steps", (long long)s.prefill_steps, "queued",
@@ -272,7 +272,8 @@ static PyObject *batch_get_stats(py_llm_batch *self, void *closure) {
         (long long)s.kv_positions_capacity, "kv_bytes", (long long)s.kv_bytes, "kv_blocks", (long long)s.kv_blocks,
         "kv_blocks_allocated", (long long)s.kv_blocks_allocated, "kv_blocks_in_use", (long long)s.kv_blocks_in_use,
         "kv_blocks_shared", (long long)s.kv_blocks_shared, "kv_blocks_cached", (long long)s.kv_blocks_cached,
-        "kv_blocks_evicted", (long long)s.kv_blocks_evicted, "last_error", s.last_error);
+        "kv_blocks_evicted", (long long)s.kv_blocks_evicted, "preemptions", (long long)s.preemptions,
+        "admission_waits", (long long)s.admission_waits, "last_error", s.last_error);
 }
 
 static PyMethodDef batch_methods[] = {

@@ -163,7 +163,7 @@ static void write_model(const char *dir) {
 
 /* ---- engine helpers ---- */
 
-enum { MAX_REQUESTS = 12, MAX_OUT = 64 };
+enum { MAX_REQUESTS = 12, MAX_OUT = 160 };
 
 typedef struct outcome {
     uint64_t id;
@@ -443,13 +443,15 @@ static void test_pool_eviction(const tb_llm_model *model) {
     TB_CHECK(tb_llm_kv_pool_new(model, false, 0, 0, &pool) == TB_ERR_INVALID_ARGUMENT && !pool);
 }
 
-/* Out of blocks in the engine: two requests that do not both fit in kv_blocks (each alone does). One fails
- * alone with TB_ERR_OUT_OF_MEMORY ("the KV cache is full"); the other finishes with exactly its tokens
- * alone, and the engine serves the failed one afterwards. (60 + 30 positions in 6 blocks: the second runs
- * out while prefilling; 16 + 150 in 16 blocks: both run out together in lockstep decode steps, where the
- * next position's block is reserved per slot, so only one of them fails.) */
+/* Out of blocks in the engine: two requests that do not both fit in kv_blocks (each alone does) both finish
+ * with exactly their tokens and logprobs alone. 60 + 30 positions in 6 blocks: the second prompt does not
+ * fit beside the first, so it waits in the queue for blocks (admission by blocks, no preemption). 16 + 150 in
+ * 16 blocks: both are admitted and run out together in lockstep decode; the more recent one (sampled, with
+ * penalties) is preempted and resumed, replaying its generated tokens, so its sampler goes on where it
+ * was. A request that does not fit even alone (16 + 150 in 6 blocks) fails with the KV-full status, and a
+ * prompt larger than the pool is refused at submission. */
 static void test_engine_exhaustion(const tb_llm_model *model, const char *what, int64_t prompt, int64_t tokens,
-                                   int64_t kv_blocks) {
+                                   int64_t kv_blocks, bool expect_preemption) {
     static int32_t prompts[2][64];
     fill_tokens(prompts[0], prompt, 21);
     fill_tokens(prompts[1], prompt, 22);
@@ -458,9 +460,13 @@ static void test_engine_exhaustion(const tb_llm_model *model, const char *what, 
     memset(together, 0, sizeof together);
     tb_llm_batch_request r[2];
     for (int i = 0; i < 2; i++) {
-        r[i] = (tb_llm_batch_request){.prompt = prompts[i], .prompt_count = prompt, .max_tokens = tokens, .logprobs = 0};
+        r[i] = (tb_llm_batch_request){.prompt = prompts[i], .prompt_count = prompt, .max_tokens = tokens, .logprobs = 2};
         tb_llm_sampling_default(&r[i].sampling);
     }
+    r[1].sampling.temperature = 0.8f;
+    r[1].sampling.seed = 77;
+    r[1].presence_penalty = 0.4f;
+    r[1].frequency_penalty = 0.2f;
     /* fresh engines (no cached prefix) */
     tb_llm_batch_options options = {.slots = 2, .ctx_size = 200, .prefill_chunk = 16, .kv_blocks = kv_blocks};
     tb_llm_batch *b = NULL;
@@ -470,7 +476,7 @@ static void test_engine_exhaustion(const tb_llm_model *model, const char *what, 
             return;
         TB_CHECK(tb_llm_batch_submit(b, &r[i], &alone[i].id) == TB_OK);
         collect(b, &alone[i], 1);
-        TB_CHECK(alone[i].finish == TB_LLM_FINISH_LENGTH && !alone[i].failed);
+        TB_CHECK(alone[i].finish == TB_LLM_FINISH_LENGTH && !alone[i].failed && alone[i].count == tokens);
         tb_llm_batch_free(b);
     }
     TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_OK);
@@ -479,31 +485,61 @@ static void test_engine_exhaustion(const tb_llm_model *model, const char *what, 
     for (int i = 0; i < 2; i++)
         TB_CHECK(tb_llm_batch_submit(b, &r[i], &together[i].id) == TB_OK);
     collect(b, together, 2);
-    const int lost = together[1].failed ? 1 : 0, kept = 1 - lost;
-    const tb_status status = together[lost].status;
-    const char *message = together[lost].error;
-    TB_CHECK_MSG(together[lost].failed && !together[kept].failed && together[lost].finish == TB_LLM_FINISH_ABORTED &&
-                     status == TB_ERR_OUT_OF_MEMORY && strstr(message, "KV cache is full"),
-                 "%s (%lld + %lld in %lld blocks): failed %d/%d status %s message '%s'", what, (long long)prompt,
-                 (long long)tokens, (long long)kv_blocks, (int)together[0].failed, (int)together[1].failed,
-                 tb_status_name(status), message);
-    TB_CHECK_MSG(together[kept].count == alone[kept].count &&
-                     memcmp(together[kept].tokens, alone[kept].tokens, sizeof(int32_t) * (size_t)alone[kept].count) == 0 &&
-                     memcmp(together[kept].logprobs, alone[kept].logprobs, sizeof(float) * (size_t)alone[kept].count) == 0,
-                 "%s: the request that kept running did not finish as alone", what);
     tb_llm_batch_stats stats;
     tb_llm_batch_get_stats(b, &stats);
-    TB_CHECK(stats.kv_blocks == kv_blocks && stats.kv_blocks_in_use == 0 && stats.active == 0);
-    /* the engine goes on: the failed request alone now fits and gives its own tokens */
-    outcome retry;
-    memset(&retry, 0, sizeof retry);
-    TB_CHECK(tb_llm_batch_submit(b, &r[lost], &retry.id) == TB_OK);
-    collect(b, &retry, 1);
-    TB_CHECK(!retry.failed && retry.count == alone[lost].count &&
-             memcmp(retry.tokens, alone[lost].tokens, sizeof(int32_t) * (size_t)alone[lost].count) == 0);
+    for (int i = 0; i < 2; i++)
+        TB_CHECK_MSG(!together[i].failed && together[i].finish == TB_LLM_FINISH_LENGTH &&
+                         together[i].count == alone[i].count &&
+                         memcmp(together[i].tokens, alone[i].tokens, sizeof(int32_t) * (size_t)alone[i].count) == 0 &&
+                         memcmp(together[i].logprobs, alone[i].logprobs, sizeof(float) * (size_t)alone[i].count) == 0,
+                     "%s (%lld + %lld in %lld blocks): request %d %s (%s); %lld preemptions", what, (long long)prompt,
+                     (long long)tokens, (long long)kv_blocks, i,
+                     together[i].failed ? "failed" : "did not finish as alone", together[i].error,
+                     (long long)stats.preemptions);
+    TB_CHECK_MSG(expect_preemption ? stats.preemptions >= 1 /* (and the preempted one waits for blocks) */
+                                   : stats.preemptions == 0 && stats.admission_waits == 1,
+                 "%s (%lld + %lld in %lld blocks): %lld preemptions, %lld admission waits", what, (long long)prompt,
+                 (long long)tokens, (long long)kv_blocks, (long long)stats.preemptions,
+                 (long long)stats.admission_waits);
+    TB_CHECK(stats.requests_finished == 2 && stats.generated_tokens == 2 * tokens && stats.prompt_tokens == 2 * prompt);
+    TB_CHECK(stats.kv_blocks == kv_blocks && stats.kv_blocks_in_use == 0 && stats.active == 0 && stats.queued == 0);
     tb_llm_batch_free(b);
     options.kv_blocks = -1;
     TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "kv_blocks"));
+}
+
+/* A request that cannot fit alone: its generation outgrows the pool (the KV-full failure once its 96
+ * positions are full, the last sampled token not yet in them; then the engine serves on), or its prompt is
+ * larger than the pool (refused at submission). */
+static void test_engine_too_big_for_pool(const tb_llm_model *model) {
+    static int32_t prompt[120];
+    fill_tokens(prompt, 120, 31);
+    tb_llm_batch_options options = {.slots = 2, .ctx_size = 200, .prefill_chunk = 16, .kv_blocks = 6};
+    tb_llm_batch *b = NULL;
+    TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_OK);
+    if (!b)
+        return;
+    tb_llm_batch_request r = {.prompt = prompt, .prompt_count = 16, .max_tokens = 150, .logprobs = -1};
+    tb_llm_sampling_default(&r.sampling);
+    outcome out;
+    memset(&out, 0, sizeof out);
+    TB_CHECK(tb_llm_batch_submit(b, &r, &out.id) == TB_OK);
+    collect(b, &out, 1);
+    TB_CHECK_MSG(out.failed && out.finish == TB_LLM_FINISH_ABORTED && out.status == TB_ERR_OUT_OF_MEMORY &&
+                     strstr(out.error, "KV cache is full") && out.count == 6 * 16 - 16 + 1,
+                 "a request outgrowing the pool alone: failed %d, %lld tokens, '%s'", (int)out.failed,
+                 (long long)out.count, out.error);
+    r.prompt_count = 96; /* 97 positions: 7 blocks */
+    uint64_t id = 0;
+    TB_CHECK(tb_llm_batch_submit(b, &r, &id) == TB_ERR_INVALID_ARGUMENT && id == 0 &&
+             strstr(tb_error_message(), "kv_blocks"));
+    r.prompt_count = 95;
+    r.max_tokens = 1;
+    memset(&out, 0, sizeof out);
+    TB_CHECK(tb_llm_batch_submit(b, &r, &out.id) == TB_OK);
+    collect(b, &out, 1);
+    TB_CHECK(!out.failed && out.count == 1);
+    tb_llm_batch_free(b);
 }
 
 static void test_engine(const char *dir, tb_llm_quant quant) {
@@ -515,8 +551,9 @@ static void test_engine(const char *dir, tb_llm_quant quant) {
     test_step_logits(model, tb_llm_quant_name(quant));
     test_pool_sharing(model, tb_llm_quant_name(quant));
     test_pool_eviction(model);
-    test_engine_exhaustion(model, tb_llm_quant_name(quant), 60, 30, 6);
-    test_engine_exhaustion(model, tb_llm_quant_name(quant), 16, 150, 16);
+    test_engine_exhaustion(model, tb_llm_quant_name(quant), 60, 30, 6, false);
+    test_engine_exhaustion(model, tb_llm_quant_name(quant), 16, 150, 16, true);
+    test_engine_too_big_for_pool(model);
     prompt_set p = {.n = MAX_REQUESTS};
     for (int i = 0; i < p.n; i++) { /* lengths 3..113; requests 4.. share a 40-token prefix with request 3 */
         p.lengths[i] = 3 + (i * 37) % 111;

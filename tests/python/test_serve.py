@@ -276,6 +276,14 @@ def test_response_format_hostile_input_rejected(server):
     ok = httpx.post(url, json={"model": MODEL_ID, "messages": messages, "max_tokens": 4,
                                "response_format": schema({"type": "object"})})
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"].lstrip().startswith("{")
+    # OpenAI's JSON-mode rule: some message must ask for JSON (json_schema has no such rule)
+    r = httpx.post(url, json={"model": MODEL_ID, "messages": messages, "response_format": {"type": "json_object"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+    assert "'json'" in r.json()["error"]["message"]
+    asked = [{"role": "system", "content": [{"type": "text", "text": "Answer in Json."}]}] + messages
+    ok = httpx.post(url, json={"model": MODEL_ID, "messages": asked, "max_tokens": 4,
+                               "response_format": {"type": "json_object"}})
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"].lstrip().startswith("{")
 
 
 def test_api_key(llm):
@@ -449,20 +457,22 @@ def test_prefix_outlives_its_slot(llm):
         thread.join(10)
 
 
-def test_kv_pool_full_is_503_and_others_finish(llm):
-    """A pool of 130 blocks (2080 positions): a streamed generation of 16 + 2000 positions and, sent with it,
-    one of 250 + 1750 cannot both fit, each alone can (they decode in lockstep, so their sum passes the
-    bound ~900 steps in, long before either ends). Exactly one runs out of blocks: the
-    non-streamed one gets a 503 in OpenAI's error JSON naming the KV cache, the streamed one an SSE error
-    event with the same body; the other finishes. The server stays healthy and serves again."""
-    srv, thread, base = _serve(llm, ctx_size=2048, parallel=2, prefill_chunk=32, kv_blocks=130)
+def test_kv_pool_full_preempts_and_both_finish(llm):
+    """A pool of 24 blocks (384 positions): a streamed greedy generation of 16 + 300 positions and, sent with
+    it, one of 64 + 250 cannot both fit, each alone can (they decode in lockstep, so their sum passes the
+    bound ~150 steps in). The more recent one is preempted (its blocks given back), waits in the queue and
+    resumes by replaying its tokens: both finish with exactly the text of their run alone, and /metrics
+    counts the preemption. A request that outgrows the pool even alone gets a 503 in OpenAI's error JSON
+    naming the KV cache, and the server stays healthy and serves again."""
+    srv, thread, base = _serve(llm, ctx_size=2048, parallel=2, prefill_chunk=32, kv_blocks=24)
     try:
         gen = torch.Generator().manual_seed(12)
         long_prompt = torch.randint(10, 390, (16,), generator=gen).tolist()
-        big_prompt = torch.randint(10, 390, (250,), generator=gen).tolist()
-        long_body = {"model": MODEL_ID, "prompt": long_prompt, "max_tokens": 2000, "temperature": 0,
-                     "logprobs": 0, "stream": True}
-        big_body = {"model": MODEL_ID, "prompt": big_prompt, "max_tokens": 1750, "temperature": 0}
+        big_prompt = torch.randint(10, 390, (64,), generator=gen).tolist()
+        long_body = {"model": MODEL_ID, "prompt": long_prompt, "max_tokens": 300, "temperature": 0,
+                     "stream": True}
+        big_body = {"model": MODEL_ID, "prompt": big_prompt, "max_tokens": 250, "temperature": 0}
+
         async def both():  # sent together, so both are in the engine at once
             async with httpx.AsyncClient(base_url=base, timeout=120) as c:
                 async def streamed():
@@ -471,25 +481,28 @@ def test_kv_pool_full_is_503_and_others_finish(llm):
                 return await asyncio.gather(streamed(), c.post("/v1/completions", json=big_body))
 
         events, big = asyncio.run(both())
-        stream_errors = [json.loads(e[6:])["error"] for e in events if '"error"' in e and e != "data: [DONE]"]
-        failures = stream_errors + ([big.json()["error"]] if big.status_code != 200 else [])
-        assert len(failures) == 1, (big.status_code, events[-2:])
-        failed = failures[0]
+        assert events[-1] == "data: [DONE]" and not any('"error"' in e for e in events), events[-2:]
+        assert big.status_code == 200, big.text
+        streamed_text = "".join(json.loads(e[6:])["choices"][0]["text"] for e in events[:-1])
+        assert _metric(base, "torchburn_requests_preempted_total") >= 1
+        assert _metric(base, "torchburn_kv_cache_blocks_in_use") == 0
+        for prompt, body, text in ((long_prompt, long_body, streamed_text),
+                                   (big_prompt, big_body, big.json()["choices"][0]["text"])):
+            llm.reset()
+            expected = llm.generate_tokens(prompt, max_tokens=body["max_tokens"], temperature=0.0)
+            assert len(expected) > 200  # long enough to pass the pool's bound together (and `llm`'s CTX holds it)
+            assert text == llm.tokenizer.decode([t for t in expected if t not in llm.stop_token_ids],
+                                                skip_special_tokens=True)
+            if body is big_body:
+                assert big.json()["usage"]["completion_tokens"] == len(expected)
+        alone = httpx.post(base + "/v1/completions", json=dict(long_body, max_tokens=700, stream=False), timeout=120)
+        assert alone.status_code == 503, alone.text
+        failed = alone.json()["error"]
         assert failed["code"] == "kv_cache_full" and "KV cache is full" in failed["message"], failed
         assert failed["type"] == "server_error"
-        if stream_errors:  # the streamed request lost: the other finished whole
-            assert big.status_code == 200 and big.json()["usage"]["completion_tokens"] == 1750
-            assert events[-1] != "data: [DONE]"
-        else:
-            assert big.status_code == 503 and events[-1] == "data: [DONE]"
         assert httpx.get(base + "/health").status_code == 200
-        assert _metric(base, "torchburn_kv_cache_blocks_in_use") == 0
         again = httpx.post(base + "/v1/completions", json=dict(big_body, max_tokens=20), timeout=120)
         assert again.status_code == 200
-        llm.reset()
-        expected = llm.generate_tokens(big_prompt, max_tokens=20, temperature=0.0)
-        text = llm.tokenizer.decode([t for t in expected if t not in llm.stop_token_ids], skip_special_tokens=True)
-        assert again.json()["choices"][0]["text"] == text
     finally:
         srv.should_exit = True
         thread.join(10)

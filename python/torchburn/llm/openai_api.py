@@ -108,6 +108,9 @@ def parse_generation(body: dict, prompt_tokens: int, ctx_size: int, chat: bool) 
             raise ApiError(400, f"'logprobs' must be in [0, 5], got {top}", "logprobs", "invalid_value")
         logprobs = -1 if top is None else top
     json_output = _response_format(body.get("response_format"))
+    if chat and json_output == "json_object" and not _mentions_json(body.get("messages")):
+        raise ApiError(400, "'messages' must contain the word 'json' in some form, to use 'response_format' of "
+                       "type 'json_object'.", "messages", "invalid_value")
     stream = _boolean(body, "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -121,7 +124,7 @@ def parse_generation(body: dict, prompt_tokens: int, ctx_size: int, chat: bool) 
         frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
         stop=stops,
         logprobs=logprobs,
-        json=json_output,
+        json=json_output is not None,
     )
     return params, stream
 
@@ -157,13 +160,22 @@ def _check_schema(schema: Any) -> None:
             stack.extend((v, depth + 1) for v in value)
 
 
-def _response_format(value: Any) -> bool:
-    """Whether the output must be one JSON object: {"type": "json_object"}, or {"type": "json_schema",
-    "json_schema": {"name", "schema", "strict", "description"}} (the schema is checked for shape and size;
-    the engine guarantees a valid JSON object, not conformance to the schema). {"type": "text"} or absent:
-    free text."""
+def _mentions_json(messages: Any) -> bool:
+    """OpenAI's rule for JSON mode: some message must ask for JSON (the word, in any case), since a model
+    told nothing about the format may fill max_tokens with whitespace inside the constraint."""
+    for i, message in enumerate(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and "json" in _content_text(message.get("content") or "", i).lower():
+            return True
+    return False
+
+
+def _response_format(value: Any) -> Optional[str]:
+    """The JSON kind the output must be, or None for free text: {"type": "json_object"} (one JSON object;
+    chat messages must mention JSON), or {"type": "json_schema", "json_schema": {"name", "schema", "strict",
+    "description"}} (the schema is checked for shape and size; the engine guarantees a valid JSON object,
+    not conformance to the schema). {"type": "text"} or absent: free text."""
     if value is None:
-        return False
+        return None
     if not isinstance(value, dict):
         raise ApiError(400, "'response_format' must be an object", "response_format", "invalid_type")
     kind = value.get("type")
@@ -175,7 +187,7 @@ def _response_format(value: Any) -> bool:
         if "json_schema" in value:
             raise ApiError(400, f"'json_schema' is only valid with type 'json_schema', not {kind!r}",
                            "response_format", "invalid_value")
-        return kind == "json_object"
+        return "json_object" if kind == "json_object" else None
     if kind != "json_schema":
         raise ApiError(400, f"'response_format.type' must be 'text', 'json_object' or 'json_schema', got "
                        f"{str(kind)[:40]!r}", "response_format.type", "invalid_value")
@@ -199,7 +211,7 @@ def _response_format(value: Any) -> bool:
                        "response_format.json_schema.description", "invalid_type")
     if spec.get("schema") is not None:
         _check_schema(spec["schema"])
-    return True
+    return "json_schema"
 
 
 def _content_text(content: Any, index: int) -> str:

@@ -353,6 +353,11 @@ def create_app(load: Callable[[], Any], model_id: str, api_key: Optional[str] = 
                        s["kv_blocks_cached"])
                 metric("torchburn_kv_cache_blocks_evicted_total", "counter", "cached KV blocks evicted for reuse",
                        s["kv_blocks_evicted"])
+                metric("torchburn_requests_preempted_total", "counter",
+                       "requests whose KV blocks were taken back for others (resumed later, same tokens)",
+                       s["preemptions"])
+                metric("torchburn_requests_waited_for_kv_total", "counter",
+                       "requests held in the queue until the KV pool had blocks for them", s["admission_waits"])
             else:  # GPU models: per-slot caches
                 metric("torchburn_kv_cache_usage_ratio", "gauge", "cached positions over slots x ctx_size",
                        s["kv_positions_used"] / s["kv_positions_capacity"])
