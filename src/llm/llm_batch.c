@@ -686,11 +686,6 @@ static bool exchange(tb_llm_batch *b) {
     for (int64_t i = 0; i < b->options.slots; i++)
         running += b->slots[i].state != SLOT_FREE;
     while (b->queue_head) { /* the free slot whose own cache serves the request best, else the least recent */
-        if (b->pool && running > 0 && !fits(b, b->queue_head)) { /* it waits (in order) for blocks */
-            b->admission_waits += b->queue_head->id != b->waiting_id;
-            b->waiting_id = b->queue_head->id;
-            break;
-        }
         slot *best = NULL;
         int64_t best_reuse = -1;
         for (int64_t i = 0; i < b->options.slots; i++) {
@@ -705,6 +700,11 @@ static bool exchange(tb_llm_batch *b) {
         }
         if (!best)
             break;
+        if (b->pool && running > 0 && !fits(b, b->queue_head)) { /* it waits (in order) for blocks */
+            b->admission_waits += b->queue_head->id != b->waiting_id;
+            b->waiting_id = b->queue_head->id;
+            break;
+        }
         request *r = b->queue_head;
         b->queue_head = r->next;
         if (!b->queue_head)

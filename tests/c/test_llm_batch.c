@@ -504,6 +504,21 @@ static void test_engine_exhaustion(const tb_llm_model *model, const char *what, 
     TB_CHECK(stats.requests_finished == 2 && stats.generated_tokens == 2 * tokens && stats.prompt_tokens == 2 * prompt);
     TB_CHECK(stats.kv_blocks == kv_blocks && stats.kv_blocks_in_use == 0 && stats.active == 0 && stats.queued == 0);
     tb_llm_batch_free(b);
+    if (!expect_preemption) { /* one slot: the second waits for the slot, which is not a wait for blocks */
+        options.slots = 1;
+        TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_OK);
+        memset(together, 0, sizeof together);
+        for (int i = 0; b && i < 2; i++)
+            TB_CHECK(tb_llm_batch_submit(b, &r[i], &together[i].id) == TB_OK);
+        if (b)
+            collect(b, together, 2);
+        tb_llm_batch_get_stats(b, &stats);
+        TB_CHECK_MSG(stats.admission_waits == 0 && stats.preemptions == 0 && !together[1].failed &&
+                         memcmp(together[1].tokens, alone[1].tokens, sizeof(int32_t) * (size_t)alone[1].count) == 0,
+                     "one slot: %lld admission waits, %lld preemptions", (long long)stats.admission_waits,
+                     (long long)stats.preemptions);
+        tb_llm_batch_free(b);
+    }
     options.kv_blocks = -1;
     TB_CHECK(tb_llm_batch_new(model, &options, &b) == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "kv_blocks"));
 }
@@ -617,6 +632,8 @@ static void test_engine(const char *dir, tb_llm_quant quant) {
         tb_llm_batch_get_stats(b, &stats);
         TB_CHECK(stats.decode_rows > stats.decode_steps); /* steps did batch several sequences */
         TB_CHECK(stats.requests_finished == p.n && stats.queued == 0);
+        /* the default pool holds every slot's context: requests waited for slots, never for blocks */
+        TB_CHECK(stats.preemptions == 0 && stats.admission_waits == 0);
         TB_CHECK(stats.prefill_chunks == stats.prefill_steps); /* no budget: one chunk per step */
         /* sequential prefix reuse: request 4 again after request 3 finished reuses whole 16-token chunks */
         outcome again[2];
