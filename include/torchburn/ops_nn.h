@@ -48,6 +48,11 @@ typedef struct tb_conv2d_epilogue {
     const tb_tensor *shift;
     int activation;
     const tb_tensor *residual;
+    /* The storage holding weight's memory when the caller knows it better than weight->storage (a plan's
+     * input) or NULL. When it (else weight->storage) is cacheable, the packed weights are kept on it and
+     * reused while its version, the weight view, the scale and the kernel choice stay the same (packed on
+     * the second call at one version, so weights that change every step never pay for a pack). */
+    struct tb_storage *weight_storage;
 } tb_conv2d_epilogue;
 
 /* aten::convolution (2-D, not transposed): x [N, C_in, H, W], weight [C_out, C_in / groups, KH, KW],
@@ -65,6 +70,12 @@ TB_API TB_NODISCARD tb_status tb_op_conv2d_fused(const tb_tensor *x, const tb_te
 TB_API TB_NODISCARD tb_status tb_op_conv2d_fused_into(const tb_tensor *x, const tb_tensor *weight,
                                                       const tb_tensor *bias, const tb_conv2d_params *params,
                                                       const tb_conv2d_epilogue *epilogue, float *y);
+/* Process-wide counts of the packed-weight caches (tb_gemm_f32_cached_b for matmul weights, the
+ * convolution's above): weights packed into a cache, and calls that reused a cached pack. */
+typedef struct tb_weight_cache_counts {
+    int64_t gemm_packs, gemm_hits, conv_packs, conv_hits;
+} tb_weight_cache_counts;
+TB_API void tb_weight_cache_counts_get(tb_weight_cache_counts *out);
 /* aten::convolution_backward (2-D, not transposed). grad_output [N, C_out, OH, OW], x and weight as in
  * the forward. output_mask selects grad_input [like x], grad_weight [like weight] and grad_bias
  * [C_out]; unselected outputs stay zeroed. */

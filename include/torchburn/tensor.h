@@ -35,6 +35,9 @@ typedef struct tb_storage {
                                       counter, shared by every view of the storage */
     atomic_bool exported;          /* the raw memory was handed out (DLPack, buffer protocol, numpy,
                                       data_ptr): writes may now bypass `version` */
+    bool owner_versioned;          /* external memory whose owner bumps `version` whenever it may have
+                                      changed (a compiled plan's frozen weights): derived data may be
+                                      cached on it (tb_storage_wrap_versioned) */
     _Atomic(struct tb_storage_derived *) derived; /* cache of data computed from these bytes */
 } tb_storage;
 
@@ -46,8 +49,9 @@ typedef struct tb_storage_derived {
 } tb_storage_derived;
 
 /* Whether derived data of `storage` may be cached: its memory is torchburn's own (tb_storage_new) and
- * was never exported, so every write to it goes through code that bumps `version`. Memory wrapped
- * from elsewhere (numpy, DLPack, torch) or exported can change behind our back: never cached. */
+ * was never exported, so every write to it goes through code that bumps `version`, or its owner
+ * promised to bump `version` itself (tb_storage_wrap_versioned). Other memory wrapped from elsewhere
+ * (numpy, DLPack, torch) or exported can change behind our back: never cached. */
 TB_API bool tb_storage_cacheable(const tb_storage *storage);
 /* Marks the raw memory as handed out (the export paths call it); caching stops for good. */
 TB_API void tb_storage_mark_exported(tb_storage *storage);
@@ -75,6 +79,10 @@ typedef struct tb_tensor {
 TB_API TB_NODISCARD tb_status tb_storage_wrap(void *data, size_t nbytes, bool read_only,
                                               tb_storage_release_fn release, void *release_context,
                                               tb_storage **out);
+/* Wraps external memory read-only for an owner that bumps `version` (storage->version++) before every
+ * use after the bytes may have changed, so derived data (packed weights) can be cached on it. */
+TB_API TB_NODISCARD tb_status tb_storage_wrap_versioned(void *data, size_t nbytes, tb_storage_release_fn release,
+                                                        void *release_context, tb_storage **out);
 TB_API TB_NODISCARD tb_status tb_storage_new(size_t nbytes, unsigned alloc_flags, tb_storage **out);
 TB_API void tb_storage_retain(tb_storage *storage);
 TB_API void tb_storage_release(tb_storage *storage);

@@ -22,8 +22,16 @@ tb_status tb_storage_wrap(void *data, size_t nbytes, bool read_only, tb_storage_
     storage->release_context = release_context;
     storage->version = 0;
     atomic_init(&storage->exported, false);
+    storage->owner_versioned = false;
     atomic_init(&storage->derived, NULL);
     *out = storage;
+    return TB_OK;
+}
+
+tb_status tb_storage_wrap_versioned(void *data, size_t nbytes, tb_storage_release_fn release, void *release_context,
+                                    tb_storage **out) {
+    TB_TRY(tb_storage_wrap(data, nbytes, true, release, release_context, out));
+    (*out)->owner_versioned = true;
     return TB_OK;
 }
 
@@ -61,7 +69,7 @@ void tb_storage_release(tb_storage *storage) {
 }
 
 bool tb_storage_cacheable(const tb_storage *storage) {
-    return storage && storage->release == release_tb_alloc && !storage->read_only &&
+    return storage && ((storage->release == release_tb_alloc && !storage->read_only) || storage->owner_versioned) &&
            !atomic_load_explicit(&storage->exported, memory_order_acquire);
 }
 

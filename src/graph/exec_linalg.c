@@ -377,6 +377,7 @@ static tb_status exec_conv2d(const tb_exec_context *context, const tb_step *step
     tb_conv2d_epilogue epilogue;
     memset(&epilogue, 0, sizeof epilogue);
     epilogue.activation = (int)p->activation;
+    epilogue.weight_storage = tb_exec_input_storage(context, step->inputs[1]); /* a weight: packed once */
     tb_status status = TB_OK;
     if (p->has_bn) {
         /* inputs: running mean, running var, weight, bias */

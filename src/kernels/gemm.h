@@ -112,6 +112,8 @@ struct tb_storage;
 TB_API TB_NODISCARD tb_status tb_gemm_f32_cached_b(const tb_gemm_desc *desc, struct tb_storage *b_storage);
 /* Bytes of the packed copy cached on `storage` (0: none) — for tests and stats. */
 TB_API size_t tb_gemm_cached_b_bytes(struct tb_storage *storage);
+/* Process-wide counts of tb_gemm_f32_cached_b: B operands packed into a cache, products that used one. */
+TB_API void tb_gemm_cached_b_counts(int64_t *packs, int64_t *hits);
 /* Prepacking on or off for the process (initially on unless TORCHBURN_PREPACK=0). */
 TB_API void tb_gemm_set_prepack(bool enabled);
 TB_API bool tb_gemm_prepack_enabled(void);

@@ -32,6 +32,13 @@ static void packed_weight_free(tb_storage_derived *base) {
     tb_free(entry);
 }
 
+static atomic_llong pack_count, hit_count;
+
+void tb_gemm_cached_b_counts(int64_t *packs, int64_t *hits) {
+    *packs = atomic_load_explicit(&pack_count, memory_order_relaxed);
+    *hits = atomic_load_explicit(&hit_count, memory_order_relaxed);
+}
+
 /* -1: not read yet; 0: off (TORCHBURN_PREPACK=0); 1: on */
 static atomic_int prepack_mode = -1;
 
@@ -90,11 +97,16 @@ tb_status tb_gemm_f32_cached_b(const tb_gemm_desc *desc, tb_storage *b_storage) 
     entry->isa = isa;
     entry->precision = precision;
     entry->uses++;
-    if (!entry->packed && entry->uses >= 2 &&
-        tb_gemm_pack_b(desc->k, desc->n, desc->b, desc->b_row_stride, desc->b_col_stride, isa, precision,
-                       &entry->packed) != TB_OK) {
-        tb_error_clear(); /* out of memory for the copy: run unpacked */
-        entry->packed = NULL;
+    if (entry->packed) {
+        atomic_fetch_add_explicit(&hit_count, 1, memory_order_relaxed);
+    } else if (entry->uses >= 2) {
+        if (tb_gemm_pack_b(desc->k, desc->n, desc->b, desc->b_row_stride, desc->b_col_stride, isa, precision,
+                           &entry->packed) != TB_OK) {
+            tb_error_clear(); /* out of memory for the copy: run unpacked */
+            entry->packed = NULL;
+        } else {
+            atomic_fetch_add_explicit(&pack_count, 1, memory_order_relaxed);
+        }
     }
     tb_gemm_desc d = *desc;
     d.b_packed = entry->packed;

@@ -1,10 +1,12 @@
 /* 2-D convolution forward (aten::convolution, not transposed) with a fused per-channel epilogue:
  * im2col straight into packed GEMM panels over column tiles (kernels/conv_gemm.h), a batched GEMM on
  * the input for 1x1 stride-1 kernels, and a direct plane kernel for groups with one input channel (depthwise). */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/conv_gemm.h"
 #include "ops/ops_nn_internal.h"
+#include "torchburn/alloc.h"
 
 /* Tasks are split until there are a few per thread, but never below this many columns (packed path)
  * or vector slots (direct path). */
@@ -31,6 +33,7 @@ typedef struct conv_job {
     const tb_conv_shape *s;
     const float *x;        /* [N, C_in, H, W] */
     const float *w;        /* [C_out, K]; scale folded in unless row_scale is set */
+    tb_storage *weight_storage; /* where the packed weights may be cached (w is its memory), or NULL */
     const float *row_scale; /* [C_out] applied while the weights are packed, or NULL */
     const float *bias;     /* [C_out] (bias * scale + shift) or NULL */
     const float *residual; /* [N, C_out, OH, OW] or NULL */
@@ -208,18 +211,146 @@ static void choose_tiles(const tb_conv_shape *s, int64_t units, int64_t min_unit
     *tiles_out = (units + tile - 1) / tile;
 }
 
-/* Packs every group's weights for the packed path (job->plan set). */
-static tb_status pack_weights(conv_job *job, tb_tensor *packed) {
+/* ---- packed weights, and their cache on the weight's storage ---- */
+
+/* Floats of the packed weights of job's path (CONV_DIRECT or a packed path). */
+static int64_t packed_weight_floats(const conv_job *job) {
+    return job->path == CONV_DIRECT ? job->s->out_channels * job->s->k
+                                    : tb_conv_gemm_weight_floats(&job->plan) * job->s->groups;
+}
+
+/* Packs every group's weights (times row_scale) in the layout of job's path into out. */
+static void pack_weights_into(const conv_job *job, float *out) {
     const tb_conv_shape *s = job->s;
-    int64_t per_group = tb_conv_gemm_weight_floats(&job->plan);
-    int64_t count = per_group * s->groups;
-    TB_TRY(tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, packed));
-    float *out = tb_tensor_data(packed);
-    for (int64_t g = 0; g < s->groups; g++)
-        tb_conv_gemm_pack_weight(&job->plan, job->w + g * s->out_per_group * s->k,
-                                 job->row_scale ? job->row_scale + g * s->out_per_group : NULL, out + g * per_group);
-    job->packed_weight = out;
+    const int64_t per_group = job->path == CONV_DIRECT ? s->out_per_group * s->k : tb_conv_gemm_weight_floats(&job->plan);
+    const int direct_rows = tb_nn_kernels_for(tb_isa_active())->conv_direct_rows;
+    for (int64_t g = 0; g < s->groups; g++) {
+        const float *w = job->w + g * s->out_per_group * s->k;
+        const float *scale = job->row_scale ? job->row_scale + g * s->out_per_group : NULL;
+        if (job->path == CONV_DIRECT)
+            tb_conv_direct_pack(s->out_per_group, s->k, direct_rows, w, scale, out + g * per_group);
+        else
+            tb_conv_gemm_pack_weight(&job->plan, w, scale, out + g * per_group);
+    }
+}
+
+/* Packed weights cached on the weight's storage: valid while the storage's version, the weight view,
+ * the BN scale folded in while packing (compared by value: it is recomputed every call) and the kernel
+ * choice are what they were at packing time. */
+typedef struct conv_packed {
+    tb_storage_derived base; /* first: the storage frees us through it */
+    uint64_t version;
+    const float *w;
+    int64_t out_channels, k, groups, kc;
+    conv_path path;
+    tb_isa isa;
+    int mr, direct_rows, uses; /* uses: calls seen at this key */
+    float *scale;              /* [out_channels] copy of the row scale, or NULL */
+    tb_tensor packed;          /* empty until the second call at one key */
+} conv_packed;
+
+static atomic_llong conv_pack_count, conv_hit_count;
+
+static void conv_packed_free(tb_storage_derived *base) {
+    conv_packed *entry = (conv_packed *)base;
+    tb_tensor_release(&entry->packed);
+    tb_free(entry->scale);
+    tb_free(entry);
+}
+
+static bool conv_packed_matches(const conv_packed *e, const conv_job *job, uint64_t version, tb_isa isa,
+                                int direct_rows) {
+    const tb_conv_shape *s = job->s;
+    if (e->version != version || e->w != job->w || e->out_channels != s->out_channels || e->k != s->k ||
+        e->groups != s->groups || e->path != job->path || e->isa != isa || e->mr != job->plan.mr ||
+        e->kc != job->plan.kc || e->direct_rows != direct_rows || (e->scale != NULL) != (job->row_scale != NULL))
+        return false;
+    return !e->scale || memcmp(e->scale, job->row_scale, (size_t)s->out_channels * sizeof(float)) == 0;
+}
+
+/* Resets entry to job's key (false when out of memory for the scale copy). */
+static bool conv_packed_rekey(conv_packed *e, const conv_job *job, uint64_t version, tb_isa isa, int direct_rows) {
+    const tb_conv_shape *s = job->s;
+    tb_tensor_release(&e->packed);
+    tb_free(e->scale);
+    e->scale = NULL;
+    e->uses = 0;
+    e->version = version;
+    e->w = job->w;
+    e->out_channels = s->out_channels;
+    e->k = s->k;
+    e->groups = s->groups;
+    e->kc = job->plan.kc;
+    e->path = job->path;
+    e->isa = isa;
+    e->mr = job->plan.mr;
+    e->direct_rows = direct_rows;
+    if (!job->row_scale)
+        return true;
+    if (tb_alloc((size_t)s->out_channels * sizeof(float), TB_ALLOC_DEFAULT, (void **)&e->scale) != TB_OK) {
+        tb_error_clear();
+        return false;
+    }
+    memcpy(e->scale, job->row_scale, (size_t)s->out_channels * sizeof(float));
+    return true;
+}
+
+/* The packed weights of job's path in *out (a reference; job->packed_weight points at them): the cached
+ * ones when job->weight_storage holds them for this key, else packed now, and kept there when this is
+ * the second call at the key (weights that change every call never pay for a copy they cannot reuse). */
+static tb_status packed_weights(conv_job *job, tb_tensor *out) {
+    const int64_t count = packed_weight_floats(job);
+    tb_storage *storage = job->weight_storage;
+    if (storage && tb_gemm_prepack_enabled() && tb_storage_cacheable(storage)) {
+        tb_storage_derived *derived = tb_storage_derived_take(storage);
+        conv_packed *entry = NULL;
+        if (derived && derived->free != conv_packed_free) { /* another kind of derived data: leave it */
+            tb_storage_derived_put(storage, derived);
+        } else if (derived || tb_alloc(sizeof *entry, TB_ALLOC_DEFAULT, (void **)&entry) == TB_OK) {
+            if (derived) {
+                entry = (conv_packed *)derived;
+            } else {
+                memset(entry, 0, sizeof *entry);
+                entry->base.free = conv_packed_free;
+            }
+            const tb_isa isa = tb_isa_active();
+            const int direct_rows = tb_nn_kernels_for(isa)->conv_direct_rows;
+            bool usable = conv_packed_matches(entry, job, storage->version, isa, direct_rows) ||
+                          conv_packed_rekey(entry, job, storage->version, isa, direct_rows);
+            if (usable) {
+                entry->uses++;
+                if (entry->packed.storage) {
+                    atomic_fetch_add_explicit(&conv_hit_count, 1, memory_order_relaxed);
+                } else if (entry->uses >= 2 && tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, &entry->packed) == TB_OK) {
+                    pack_weights_into(job, tb_tensor_data(&entry->packed));
+                    atomic_fetch_add_explicit(&conv_pack_count, 1, memory_order_relaxed);
+                }
+                tb_error_clear(); /* no memory for the cached copy: pack for this call only */
+            }
+            const bool cached = usable && entry->packed.storage;
+            if (cached)
+                tb_tensor_retain(&entry->packed, out);
+            tb_storage_derived_put(storage, usable ? &entry->base : NULL);
+            if (!usable)
+                conv_packed_free(&entry->base);
+            if (cached) {
+                job->packed_weight = tb_tensor_data(out);
+                return TB_OK;
+            }
+        } else {
+            tb_error_clear(); /* no memory for an entry: no cache, same numbers */
+        }
+    }
+    TB_TRY(tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, out));
+    pack_weights_into(job, tb_tensor_data(out));
+    job->packed_weight = tb_tensor_data(out);
     return TB_OK;
+}
+
+void tb_weight_cache_counts_get(tb_weight_cache_counts *out) {
+    tb_gemm_cached_b_counts(&out->gemm_packs, &out->gemm_hits);
+    out->conv_packs = atomic_load_explicit(&conv_pack_count, memory_order_relaxed);
+    out->conv_hits = atomic_load_explicit(&conv_hit_count, memory_order_relaxed);
 }
 
 /* 1x1, stride 1, no padding: the input planes are a GEMM's B as they are. */
@@ -271,15 +402,7 @@ static tb_status conv_run(conv_job *job) {
         job->direct = kernels->conv_direct;
         job->slots = s->out_h * ((s->out_w + lanes - 1) / lanes);
         tb_tensor packed = {0};
-        int64_t count = s->out_channels * s->k;
-        TB_TRY(tb_tensor_empty(TB_F32, 1, &count, TB_ALLOC_DEFAULT, &packed));
-        float *out = tb_tensor_data(&packed);
-        int64_t per_group = s->out_per_group * s->k;
-        for (int64_t grp = 0; grp < s->groups; grp++)
-            tb_conv_direct_pack(s->out_per_group, s->k, kernels->conv_direct_rows, job->w + grp * per_group,
-                                job->row_scale ? job->row_scale + grp * s->out_per_group : NULL,
-                                out + grp * per_group);
-        job->packed_weight = out;
+        TB_TRY(packed_weights(job, &packed));
         choose_tiles(s, job->slots, CONV_MIN_SLOTS, 2, &job->tile, &job->tiles); /* a register tile is two slots */
         tb_parallel_for(s->batch * s->groups * job->tiles, 1, conv_direct_tasks, job);
         tb_tensor_release(&packed);
@@ -289,7 +412,7 @@ static tb_status conv_run(conv_job *job) {
         tb_parallel_for(planes, grain, conv_direct_planes, job);
     } else {
         tb_tensor packed = {0};
-        TB_TRY(pack_weights(job, &packed));
+        TB_TRY(packed_weights(job, &packed));
         if (job->path == CONV_PACKED_IMAGES) {
             /* one task per thread over whole panels of the concatenated columns, so each streams the
              * weight once; output channels split too when the panels are fewer than the threads */
@@ -409,6 +532,9 @@ static tb_status conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in,
     if (status == TB_OK) {
         job.x = tb_tensor_data(&t[X]);
         job.w = tb_tensor_data(&t[FOLDED_W]);
+        /* the cache keys on the caller's weight memory: not on a staged or folded copy */
+        tb_storage *storage = epilogue && epilogue->weight_storage ? epilogue->weight_storage : weight_in->storage;
+        job.weight_storage = job.w == tb_tensor_data(weight_in) ? storage : NULL;
         job.bias = tb_nn_data(&t[FOLDED_B]);
         job.row_scale = path_packs_weights(job.path) ? tb_nn_data(&t[SCALE]) : NULL;
         job.residual = tb_nn_data(&t[RESIDUAL]);

@@ -115,7 +115,21 @@ typedef struct py_plan {
     double run_seconds; /* time inside tb_plan_run over all calls: wall time minus this is the overhead */
     tb_engine_program *program; /* the graph on a non-CPU engine (runs instead of the plan), or NULL */
     char engine_note[320];      /* which engine runs the calls, and why not the GPU when it was asked for */
+    struct frozen_input *frozen; /* [num_inputs] after freeze_inputs(), else NULL */
 } py_plan;
+
+/* An input declared frozen (a weight of a compiled model under freeze_weights): the plan sees it through
+ * a storage wrapping the caller's memory that stays the same across calls, so the packed weights cached on
+ * it are reused. Its version follows the torch tensor's `_version` (every in-place write through torch
+ * bumps it) and a new data pointer or size makes a new storage; writes that bypass torch's version
+ * counter (`param.data.copy_(...)`) are not seen: that is the freeze contract (docs/compile_backend.md). */
+typedef struct frozen_input {
+    bool on;
+    tb_storage *storage; /* NULL until the first call */
+    void *data;
+    size_t nbytes;
+    long long torch_version;
+} frozen_input;
 
 static PyTypeObject *plan_type;
 static PyObject *input_mismatch_error;
@@ -270,6 +284,116 @@ static PyObject *export_outputs(const tb_plan *plan, const tb_dlpack_exchange_ap
     return result;
 }
 
+/* Bytes from an input's first element to one past its last (the plan checked its shape and strides). */
+static size_t input_extent(const tb_plan *plan, int i) {
+    const tb_value_info *info = tb_plan_input_info(plan, i);
+    int64_t last = 0;
+    for (int d = 0; d < info->ndim; d++) {
+        if (info->shape[d] == 0)
+            return 0;
+        last += (info->shape[d] - 1) * info->strides[d];
+    }
+    return (size_t)(last + 1) * tb_dtype_size(info->dtype);
+}
+
+/* Frozen torch inputs (bound through DLPack, so the memory is torch's): their storages for this run, each
+ * with a reference the caller drops after the run (a concurrent call may replace the storage). A tensor
+ * whose `_version` cannot be read runs without one (no cache: the same numbers). */
+static void bind_frozen(py_plan *self, PyObject *const *args, call_state *s) {
+    static PyObject *version_name;
+    if (!version_name && !(version_name = PyUnicode_InternFromString("_version"))) {
+        PyErr_Clear();
+        return;
+    }
+    for (int i = 0; i < s->nin; i++) {
+        frozen_input *f = &self->frozen[i];
+        if (!f->on || s->storages[i]) /* a torchburn tensor brings its own versioned storage */
+            continue;
+        PyObject *version = PyObject_GetAttr(args[i], version_name);
+        long long value = version ? PyLong_AsLongLong(version) : -1;
+        Py_XDECREF(version);
+        if (value == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            continue;
+        }
+        const size_t nbytes = input_extent(self->plan, i);
+        if (f->storage && (f->data != s->inputs[i] || f->nbytes != nbytes)) { /* another tensor: new storage */
+            tb_storage_release(f->storage);
+            f->storage = NULL;
+        }
+        if (!f->storage) {
+            if (tb_storage_wrap_versioned(s->inputs[i], nbytes, NULL, NULL, &f->storage) != TB_OK) {
+                tb_error_clear();
+                continue;
+            }
+            f->data = s->inputs[i];
+            f->nbytes = nbytes;
+            f->torch_version = value;
+        } else if (value != f->torch_version) { /* written through torch since the last call */
+            f->storage->version++;
+            f->torch_version = value;
+        }
+        tb_storage_retain(f->storage);
+        s->storages[i] = f->storage;
+    }
+}
+
+static void frozen_free(py_plan *self) {
+    if (!self->frozen)
+        return;
+    for (int i = 0; i < tb_plan_num_inputs(self->plan); i++)
+        tb_storage_release(self->frozen[i].storage);
+    PyMem_Free(self->frozen);
+    self->frozen = NULL;
+}
+
+static PyObject *plan_freeze_inputs(PyObject *object, PyObject *arg) {
+    py_plan *self = (py_plan *)object;
+    const int nin = tb_plan_num_inputs(self->plan);
+    PyObject *items = PySequence_Fast(arg, "freeze_inputs() takes a sequence of input indices");
+    if (!items)
+        return NULL;
+    frozen_input *frozen = PyMem_Calloc((size_t)nin + 1, sizeof *frozen);
+    if (!frozen) {
+        Py_DECREF(items);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(items); j++) {
+        long index = PyLong_AsLong(PySequence_Fast_GET_ITEM(items, j));
+        if (index == -1 && PyErr_Occurred()) {
+            PyMem_Free(frozen);
+            Py_DECREF(items);
+            return NULL;
+        }
+        if (index < 0 || index >= nin) {
+            PyErr_Format(PyExc_IndexError, "freeze_inputs: input %ld is outside [0, %d)", index, nin);
+            PyMem_Free(frozen);
+            Py_DECREF(items);
+            return NULL;
+        }
+        frozen[index].on = true;
+    }
+    Py_DECREF(items);
+    frozen_free(self);
+    self->frozen = frozen;
+    Py_RETURN_NONE;
+}
+
+static PyObject *plan_get_frozen_inputs(PyObject *object, void *closure) {
+    (void)closure;
+    py_plan *self = (py_plan *)object;
+    PyObject *result = PyList_New(0);
+    for (int i = 0; result && self->frozen && i < tb_plan_num_inputs(self->plan); i++) {
+        if (!self->frozen[i].on)
+            continue;
+        PyObject *index = PyLong_FromLong(i);
+        if (!index || PyList_Append(result, index) != 0)
+            Py_CLEAR(result);
+        Py_XDECREF(index);
+    }
+    return result;
+}
+
 static PyObject *call_fallback(py_plan *self, PyObject *const *args, Py_ssize_t nargs) {
     self->fallbacks++;
     return PyObject_Vectorcall(self->fallback, args, (size_t)nargs, NULL);
@@ -323,6 +447,8 @@ static PyObject *plan_vectorcall(PyObject *callable, PyObject *const *args, size
         }
         return NULL;
     }
+    if (self->frozen && !self->program)
+        bind_frozen(self, args, &s);
     tb_status status;
     double started = monotonic_seconds(), finished;
     Py_BEGIN_ALLOW_THREADS
@@ -330,6 +456,13 @@ static PyObject *plan_vectorcall(PyObject *callable, PyObject *const *args, size
                            : tb_plan_run_storages(plan, s.inputs, s.storages, s.outputs);
     finished = monotonic_seconds();
     Py_END_ALLOW_THREADS
+    if (self->frozen && !self->program)
+        for (int i = 0; i < nin; i++)
+            if (self->frozen[i].on && s.storages[i] && !s.slow[i].storage) {
+                /* the reference bind_frozen took for this run (not a torchburn tensor's own storage) */
+                tb_storage_release(s.storages[i]);
+                s.storages[i] = NULL;
+            }
     self->run_seconds += finished - started;
     if (status != TB_OK) {
         state_free(&s);
@@ -354,6 +487,7 @@ static void plan_dealloc(PyObject *object) {
         PyObject_ClearWeakRefs(object);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->last_error);
+    frozen_free(self);
     tb_engine_program_free(self->program);
     tb_plan_release(self->plan);
     type->tp_free(object);
@@ -385,6 +519,7 @@ PyObject *tb_py_plan_wrap(tb_plan *plan) {
     self->calls = self->fallbacks = 0;
     self->run_seconds = 0.0;
     self->program = NULL;
+    self->frozen = NULL;
     snprintf(self->engine_note, sizeof self->engine_note, "native_cpu");
     PyObject_GC_Track((PyObject *)self);
     return (PyObject *)self;
@@ -651,6 +786,9 @@ static PyMethodDef plan_methods[] = {
     {"output_alias", plan_output_alias, METH_O,
      "output_alias(j) -> the earlier output that output j returns again (same value), or None"},
     {"describe", plan_describe, METH_NOARGS, "describe() -> one line per step: kernel and the graph nodes it covers"},
+    {"freeze_inputs", plan_freeze_inputs, METH_O,
+     "freeze_inputs(indices): these inputs are weights whose packed copies may be kept between calls (torch "
+     "tensors: repacked when their _version or data pointer changes; writes through .data are not seen)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -658,6 +796,7 @@ static PyObject *plan_get_name(PyObject *object, void *closure) { return PyUnico
 
 static PyGetSetDef plan_getset[] = {
     {"__name__", plan_get_name, NULL, "a name for code generators (FX names call targets after it)", NULL},
+    {"frozen_inputs", plan_get_frozen_inputs, NULL, "the inputs freeze_inputs() declared (list of indices)", NULL},
     {"key", plan_get_key, NULL, "the structural key (BLAKE3, hex)", NULL},
     {"fallback", plan_get_fallback, plan_set_fallback, "callable used when inputs do not match or a run fails", NULL},
     {"last_error", plan_get_last_error, NULL, "why the last run failed (None if none did)", NULL},

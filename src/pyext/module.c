@@ -4,6 +4,7 @@
 #include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
 #include "torchburn/engine.h"
+#include "torchburn/ops_nn.h"
 #include "torchburn/probe.h"
 #include "torchburn/thread_pool.h"
 #include "kernels/gemm_internal.h"
@@ -116,6 +117,14 @@ static PyObject *py_set_prepack(PyObject *module, PyObject *arg) {
 }
 
 static PyObject *py_get_prepack(PyObject *module, PyObject *unused) { return PyBool_FromLong(tb_gemm_prepack_enabled()); }
+
+/* weight_cache_counts() -> dict: weights packed into the caches and calls that reused a cached pack. */
+static PyObject *py_weight_cache_counts(PyObject *module, PyObject *unused) {
+    tb_weight_cache_counts c;
+    tb_weight_cache_counts_get(&c);
+    return Py_BuildValue("{s:L,s:L,s:L,s:L}", "gemm_packs", (long long)c.gemm_packs, "gemm_hits", (long long)c.gemm_hits,
+                         "conv_packs", (long long)c.conv_packs, "conv_hits", (long long)c.conv_hits);
+}
 
 /* prepacked_bytes(tensor) -> int: bytes of the packed GEMM copy cached on the tensor's storage. */
 static PyObject *py_prepacked_bytes(PyObject *module, PyObject *arg) {
@@ -261,6 +270,9 @@ static PyMethodDef module_functions[] = {
     {"set_matmul_precision", py_set_matmul_precision, METH_O,
      "set_matmul_precision('highest' | 'high' | 'medium' | 'bf16'): the precision of f32 matmuls."},
     {"get_matmul_precision", py_get_matmul_precision, METH_NOARGS, "'highest' or 'bf16'."},
+    {"weight_cache_counts", py_weight_cache_counts, METH_NOARGS,
+     "weight_cache_counts() -> {gemm_packs, gemm_hits, conv_packs, conv_hits}: weights packed into the caches "
+     "kept on their storage, and calls that reused one (process-wide)"},
     {"set_prepack", py_set_prepack, METH_O,
      "set_prepack(bool): keep packed copies of matmul weights with them (default on; TORCHBURN_PREPACK=0 off)."},
     {"get_prepack", (PyCFunction)(void (*)(void))py_get_prepack, METH_NOARGS, "Whether weights are prepacked."},

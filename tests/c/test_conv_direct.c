@@ -1,11 +1,13 @@
 /* Tests of the direct (implicit-GEMM) convolution kernels against a naive double-precision
  * convolution: rows of stride 1 and 2 with borders, dilation, row strides, windows taller than the image,
  * panel splits of 1..33 output channels, odd slot ranges (a tile with one vector), relu in registers
- * and the activation + residual epilogue, and guard bytes around every output. */
+ * and the activation + residual epilogue, guard bytes around every output, allocation failures, and the
+ * packed-weight cache on the weight storage. */
 #include <math.h>
 
 #include <string.h>
 
+#include "kernels/gemm.h"
 #include "kernels/nn_kernels.h"
 #include "tb_test.h"
 #include "torchburn/alloc.h"
@@ -179,14 +181,103 @@ static void test_out_of_memory(void) {
     static const int64_t direct_x[4] = {2, 4, 6, 20}, direct_w[4] = {16, 4, 3, 3};
     static const int64_t packed_x[4] = {1, 8, 3, 3}, packed_w[4] = {16, 8, 3, 3};
     static const int64_t images_x[4] = {2, 16, 3, 3}, images_w[4] = {16, 16, 3, 3};
+    /* without the packed-weight cache, whose allocations (absorbed when they fail) would move the
+     * scratch's turn; then with it: every failure still clean */
+    const bool prepack = tb_gemm_prepack_enabled();
+    tb_gemm_set_prepack(false);
     check_out_of_memory(direct_x, direct_w, false);
     TB_CHECK_MSG(check_out_of_memory(packed_x, packed_w, true), "packed path: its scratch never failed");
     TB_CHECK_MSG(check_out_of_memory(images_x, images_w, true), "concatenated images: their scratch never failed");
+    tb_gemm_set_prepack(true);
+    (void)check_out_of_memory(direct_x, direct_w, false);
+    (void)check_out_of_memory(packed_x, packed_w, true);
+    tb_gemm_set_prepack(prepack);
+}
+
+/* The packed-weight cache on the weight's storage: packed on the second call, reused on the third with
+ * the same bits as packing every call; a write (version bump), a new BN scale and another view of the
+ * same storage each repack; memory the caller does not version is never cached. Direct path (wide
+ * rows), packed path (narrow rows), with and without a BN scale. */
+static void test_weight_cache(void) {
+    static const int64_t shapes[2][2][4] = {{{2, 4, 6, 20}, {16, 4, 3, 3}}, {{1, 8, 3, 3}, {16, 8, 3, 3}}};
+    const bool prepack = tb_gemm_prepack_enabled();
+    for (int c = 0; c < 4; c++) {
+        const int64_t *xs = shapes[c / 2][0], *ws = shapes[c / 2][1];
+        const bool bn = c % 2 == 1;
+        int64_t channels = ws[0], wshape[4] = {2 * ws[0], ws[1], ws[2], ws[3]}; /* two weights in one storage */
+        tb_tensor x, w2, w, other, scale, got, want;
+        TB_CHECK(tb_tensor_empty(TB_F32, 4, xs, 0, &x) == TB_OK && tb_tensor_empty(TB_F32, 4, wshape, 0, &w2) == TB_OK);
+        TB_CHECK(tb_tensor_empty(TB_F32, 1, &channels, 0, &scale) == TB_OK);
+        float *xd = tb_tensor_data(&x), *wd = tb_tensor_data(&w2), *sd = tb_tensor_data(&scale);
+        for (int64_t i = 0; i < xs[0] * xs[1] * xs[2] * xs[3]; i++)
+            xd[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+        for (int64_t i = 0; i < 2 * ws[0] * ws[1] * ws[2] * ws[3]; i++)
+            wd[i] = (float)((i * 53) % 31) / 15.0f - 1.0f;
+        for (int64_t i = 0; i < channels; i++)
+            sd[i] = 0.5f + (float)i / 8.0f;
+        const int64_t half = ws[0] * ws[1] * ws[2] * ws[3];
+        TB_CHECK(tb_tensor_from_storage(w2.storage, TB_F32, 4, ws, NULL, 0, &w) == TB_OK);
+        TB_CHECK(tb_tensor_from_storage(w2.storage, TB_F32, 4, ws, NULL, half, &other) == TB_OK);
+        tb_conv2d_params params = {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+        tb_conv2d_epilogue epilogue = {.scale = bn ? &scale : NULL, .activation = TB_ACTIVATION_NONE};
+        bool same = true;
+        for (int step = 0; step < 7; step++) {
+            const tb_tensor *weight = step == 5 || step == 6 ? &other : &w;
+            if (step == 3) {
+                wd[7] += 0.25f;
+                w2.storage->version++;
+            }
+            if (step == 4 && bn)
+                sd[3] *= 2.0f;
+            tb_weight_cache_counts before, after;
+            tb_weight_cache_counts_get(&before);
+            tb_gemm_set_prepack(true);
+            TB_CHECK(tb_op_conv2d_fused(&x, weight, NULL, &params, &epilogue, &got) == TB_OK);
+            tb_weight_cache_counts_get(&after);
+            tb_gemm_set_prepack(false);
+            TB_CHECK(tb_op_conv2d_fused(&x, weight, NULL, &params, &epilogue, &want) == TB_OK);
+            same &= memcmp(tb_tensor_data(&got), tb_tensor_data(&want), (size_t)tb_tensor_numel(&got) * sizeof(float)) == 0;
+            /* a pack on the second call at one key: steps 1, 4 (the write at 3 rekeyed; with BN the new
+             * scale at 4 rekeys again instead) and 6 (the other view at 5 rekeyed); a hit at 2 */
+            const int64_t packs = after.conv_packs - before.conv_packs, hits = after.conv_hits - before.conv_hits;
+            static const int64_t plain[7][2] = {{0, 0}, {1, 0}, {0, 1}, {0, 0}, {1, 0}, {0, 0}, {1, 0}};
+            static const int64_t scaled[7][2] = {{0, 0}, {1, 0}, {0, 1}, {0, 0}, {0, 0}, {0, 0}, {1, 0}};
+            const int64_t *expect = bn ? scaled[step] : plain[step];
+            TB_CHECK_MSG(packs == expect[0] && hits == expect[1], "case %d step %d: %lld packs, %lld hits", c, step,
+                         (long long)packs, (long long)hits);
+            tb_tensor_release(&got);
+            tb_tensor_release(&want);
+        }
+        TB_CHECK_MSG(same, "case %d: cached packed weights gave other bits", c);
+        /* wrapped memory nobody versions: never cached */
+        tb_storage *wrapped = NULL;
+        tb_tensor ww;
+        TB_CHECK(tb_storage_wrap(wd, (size_t)half * sizeof(float), false, NULL, NULL, &wrapped) == TB_OK);
+        TB_CHECK(tb_tensor_from_storage(wrapped, TB_F32, 4, ws, NULL, 0, &ww) == TB_OK);
+        tb_storage_release(wrapped);
+        tb_gemm_set_prepack(true);
+        tb_weight_cache_counts before, after;
+        tb_weight_cache_counts_get(&before);
+        for (int i = 0; i < 3; i++) {
+            TB_CHECK(tb_op_conv2d_fused(&x, &ww, NULL, &params, &epilogue, &got) == TB_OK);
+            tb_tensor_release(&got);
+        }
+        tb_weight_cache_counts_get(&after);
+        TB_CHECK(after.conv_packs == before.conv_packs && after.conv_hits == before.conv_hits);
+        tb_tensor_release(&ww);
+        tb_tensor_release(&x);
+        tb_tensor_release(&w);
+        tb_tensor_release(&other);
+        tb_tensor_release(&w2);
+        tb_tensor_release(&scale);
+    }
+    tb_gemm_set_prepack(prepack);
 }
 
 int main(void) {
     test_panel_rows();
     test_out_of_memory();
+    test_weight_cache();
     static const tb_isa isas[] = {TB_ISA_SCALAR, TB_ISA_AVX2, TB_ISA_AVX512};
     for (int i = 0; i < 3; i++)
         if (tb_isa_supported(isas[i]))

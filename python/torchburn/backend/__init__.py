@@ -99,6 +99,20 @@ def _trace_inference(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx
     return traced
 
 
+def _mark_frozen(traced: torch.fx.GraphModule, example_inputs: list) -> None:
+    """Marks the traced graph's placeholders that are model weights (``nn.Parameter`` example inputs):
+    the plans reading them declare them frozen (``Plan.freeze_inputs``)."""
+    from .compiler import FROZEN_META
+
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    marked = 0
+    for node, value in zip(placeholders, example_inputs):
+        if isinstance(value, torch.nn.Parameter):
+            node.meta[FROZEN_META] = True
+            marked += 1
+    debug("freeze_weights: %d of %d inputs are frozen weights", marked, len(placeholders))
+
+
 def _mutates(node: torch.fx.Node) -> bool:
     """Whether node writes into an intermediate tensor (writes into graph inputs are the input
     mutations functionalization keeps on purpose)."""
@@ -173,11 +187,22 @@ def torchburn_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: 
     """The Dynamo backend function (``torch.compile(model, backend="torchburn")``).
 
     Returns a callable equivalent to ``gm``: the plan itself when the whole graph runs natively, else
-    the rewritten FX graph. Options passed through ``torch.compile(options=...)`` are accepted and
-    currently unused.
+    the rewritten FX graph.
+
+    Options (``torch.compile(model, backend="torchburn", options={...})``):
+
+    * ``freeze_weights`` (bool; default from ``TORCHBURN_FREEZE_WEIGHTS=1``): inference graphs keep the
+      packed copies of their weights (``nn.Parameter`` inputs of convolutions and matmuls) between calls
+      instead of packing them every call. A weight is repacked when torch's version counter or its data
+      pointer changes, so optimizer steps, ``load_state_dict``, ``nn.init`` and in-place updates under
+      ``no_grad`` are seen; writes through ``param.data`` bypass the counter and are **not** seen (like
+      inductor's freezing, which sees no change at all). Graphs that need autograd are not frozen.
     """
-    if kwargs:
-        debug("ignoring backend options %s", sorted(kwargs))
+    options = dict(kwargs.get("options") or {})
+    freeze = bool(options.pop("freeze_weights", os.environ.get("TORCHBURN_FREEZE_WEIGHTS", "") == "1"))
+    if options:
+        warn_once(("options", tuple(sorted(options))),
+                  f"torchburn: unknown backend option(s) {sorted(options)} (known: freeze_weights); ignored")
     _share_pytorch_threads()
     try:
         if _needs_autograd(example_inputs) or _is_dynamic(gm, example_inputs):
@@ -185,6 +210,8 @@ def torchburn_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: 
                   "training" if _needs_autograd(example_inputs) else "dynamic shapes")
             return _aot(gm, example_inputs)
         traced = _trace_inference(gm, example_inputs)
+        if freeze:
+            _mark_frozen(traced, example_inputs)
         compiled, whole_plan = compile_graph(traced, "inference")
         if whole_plan is not None:
             debug("the whole graph is one plan: Dynamo calls it directly")

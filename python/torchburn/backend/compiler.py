@@ -266,6 +266,10 @@ def _concrete_metas(gm: torch.fx.GraphModule, args: tuple) -> dict:
     return metas
 
 
+# Placeholder meta key: the input is a model weight under freeze_weights (see torchburn.backend).
+FROZEN_META = "torchburn_frozen_weight"
+
+
 def build_plan(gm: torch.fx.GraphModule, metas: Optional[dict] = None) -> tuple:
     """Lowers a region subgraph (placeholders = region inputs, output = tuple of region outputs) and
     compiles it. Returns (Plan, cache_hit, description). Raises on anything unsupported."""
@@ -283,6 +287,10 @@ def build_plan(gm: torch.fx.GraphModule, metas: Optional[dict] = None) -> tuple:
         else:
             raise lowering.LoweringError(f"unexpected {node.op} node")
     plan, hit = builder.graph.compile()
+    tensors = [n for n in gm.graph.nodes if n.op == "placeholder" and isinstance(builder.meta(n), torch.Tensor)]
+    frozen = [i for i, n in enumerate(tensors) if n.meta.get(FROZEN_META)]
+    if frozen:
+        plan.freeze_inputs(frozen)
     return plan, hit, plan.describe()
 
 

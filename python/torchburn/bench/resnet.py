@@ -1,6 +1,6 @@
 """python -m torchburn.bench compile --resnet: ResNet-18 and ResNet-50 (random weights, eval mode,
-224x224, batch 1 and 8) run by PyTorch eager, ``torch.compile(backend="inductor")`` and
-``torch.compile(backend="torchburn")``, medians of interleaved blocks (as the compile bench), with
+224x224, batch 1 and 8) run by PyTorch eager, ``torch.compile(backend="inductor")``,
+``torch.compile(backend="torchburn")`` and the same with ``options={"freeze_weights": True}``, medians of interleaved blocks (as the compile bench), with
 the ratios eager/torchburn and inductor/torchburn (> 1: torchburn faster).
 
 The ResNets are defined here (torchvision is not a dependency): the standard layouts — 7x7/2 stem
@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
             torchburn.cache_clear()
             burn = torch.compile(model, backend=torchburn_backend)
             torch.testing.assert_close(burn(x), expected, rtol=1e-3, atol=1e-3)  # never time a wrong answer
-            fns = {"eager": model, "torchburn": burn}
+            frozen = torch.compile(model, backend=torchburn_backend, options={"freeze_weights": True})
+            torch.testing.assert_close(frozen(x), expected, rtol=1e-3, atol=1e-3)
+            fns = {"eager": model, "torchburn": burn, "frozen": frozen}
             if not args.no_inductor:
                 inductor = torch.compile(model, backend="inductor")
                 torch.testing.assert_close(inductor(x), expected, rtol=1e-3, atol=1e-3)
@@ -136,14 +138,20 @@ def main(argv: list[str] | None = None) -> int:
         eager_ratio = t["eager"] / t["torchburn"]
         inductor_ratio = t["inductor"] / t["torchburn"] if "inductor" in t else float("nan")
         name = f"ResNet-{depth} batch {batch} 224x224"
+        frozen_ratio = t["eager"] / t["frozen"]
         rows.append([name, format_time(t["eager"]), format_time(t["inductor"]) if "inductor" in t else "-",
                      format_time(t["torchburn"]), f"{eager_ratio:.2f}x",
-                     f"{inductor_ratio:.2f}x" if "inductor" in t else "-"])
-        records.append({"model": name, "seconds": t, "vs_eager": eager_ratio, "vs_inductor": inductor_ratio})
+                     f"{inductor_ratio:.2f}x" if "inductor" in t else "-", format_time(t["frozen"]),
+                     f"{frozen_ratio:.2f}x",
+                     f"{t['inductor'] / t['frozen']:.2f}x" if "inductor" in t else "-"])
+        records.append({"model": name, "seconds": t, "vs_eager": eager_ratio, "vs_inductor": inductor_ratio,
+                        "frozen_vs_eager": frozen_ratio})
     if args.json:
         print(json.dumps({"machine": machine_facts(), "results": records}, indent=2))
         return 0
     print(machine_facts())
     print("steady-state latency (median of the quietest block); ratio = their time / torchburn time\n")
-    print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor"], rows)
+    print("frozen: torch.compile(..., options={\"freeze_weights\": True}) (packed weights kept between calls)\n")
+    print_table(["model", "eager", "inductor", "torchburn", "vs eager", "vs inductor", "frozen", "frozen vs eager",
+                 "frozen vs inductor"], rows)
     return 0
