@@ -14,3 +14,12 @@ def isa(request):
     _C.set_isa(request.param)
     yield request.param
     _C.set_isa(BEST_ISA)
+
+
+@pytest.fixture
+def prepack_on():
+    """Packed-weight caching on for the test (TORCHBURN_PREPACK may have turned it off), restored after."""
+    before = _C.get_prepack()
+    _C.set_prepack(True)
+    yield
+    _C.set_prepack(before)

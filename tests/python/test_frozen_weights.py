@@ -13,12 +13,7 @@ import turbo_torch as tt
 from torchburn import _C
 
 
-@pytest.fixture(autouse=True)
-def _prepack_on():
-    before = _C.get_prepack()
-    _C.set_prepack(True)
-    yield
-    _C.set_prepack(before)
+pytestmark = pytest.mark.usefixtures("prepack_on")
 
 
 def _delta(before):

@@ -30,12 +30,7 @@ def _check(x, w, b):
     np.testing.assert_allclose(np.array(got.tolist(), dtype=np.float32), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def _prepack_on():
-    before = _C.get_prepack()
-    _C.set_prepack(True)
-    yield
-    _C.set_prepack(before)
+pytestmark = pytest.mark.usefixtures("prepack_on")
 
 
 def test_packed_on_second_call_and_reused():
