@@ -272,8 +272,39 @@ static void test_probes(void) {
     TB_CHECK(tb_probe_peak_gflops(TB_ISA_COUNT, 0.01, &gflops) == TB_ERR_UNSUPPORTED);
 }
 
+/* Which storages may cache derived data: torchburn's own, and wrapped memory whose owner versions it;
+ * not other wrapped memory, and none once exported (its cache is dropped then). */
+static int frees;
+static void count_free(tb_storage_derived *self) {
+    (void)self;
+    frees++;
+}
+
+static void test_cacheable_storages(void) {
+    static float memory[16];
+    tb_storage *own = NULL, *wrapped = NULL, *versioned = NULL;
+    TB_CHECK(tb_storage_new(64, 0, &own) == TB_OK);
+    TB_CHECK(tb_storage_wrap(memory, sizeof memory, false, NULL, NULL, &wrapped) == TB_OK);
+    TB_CHECK(tb_storage_wrap_versioned(memory, sizeof memory, NULL, NULL, &versioned) == TB_OK);
+    TB_CHECK(tb_storage_cacheable(own) && !tb_storage_cacheable(wrapped) && tb_storage_cacheable(versioned));
+    TB_CHECK(versioned->read_only && versioned->version == 0);
+    static tb_storage_derived derived = {.free = count_free};
+    tb_storage_derived_put(wrapped, &derived); /* not cacheable: freed at once */
+    TB_CHECK(frees == 1 && tb_storage_derived_take(wrapped) == NULL);
+    tb_storage_derived_put(versioned, &derived); /* kept */
+    TB_CHECK(frees == 1);
+    tb_storage_mark_exported(versioned); /* dropped, and no caching from now on */
+    TB_CHECK(frees == 2 && !tb_storage_cacheable(versioned));
+    tb_storage_derived_put(versioned, &derived);
+    TB_CHECK(frees == 3);
+    tb_storage_release(own);
+    tb_storage_release(wrapped);
+    tb_storage_release(versioned);
+}
+
 int main(void) {
     test_probes();
+    test_cacheable_storages();
     test_half_conversions();
     test_allocator();
     test_views();
