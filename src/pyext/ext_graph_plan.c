@@ -121,10 +121,13 @@ typedef struct py_plan {
 /* An input declared frozen (a weight of a compiled model under freeze_weights): the plan sees it through
  * a storage wrapping the caller's memory that stays the same across calls, so the packed weights cached on
  * it are reused. Its version follows the torch tensor's `_version` (every in-place write through torch
- * bumps it) and a new data pointer or size makes a new storage; writes that bypass torch's version
- * counter (`param.data.copy_(...)`) are not seen: that is the freeze contract (docs/compile_backend.md). */
+ * bumps it); another tensor object, data pointer or size makes a new storage. The tensor object is held,
+ * so its address (and its memory) cannot be reused by another tensor while the storage keys on it. Writes
+ * that bypass torch's version counter (`param.data.copy_(...)`) are not seen: that is the freeze
+ * contract (docs/compile_backend.md). */
 typedef struct frozen_input {
     bool on;
+    PyObject *tensor;    /* the tensor the storage wraps (a reference), or NULL */
     tb_storage *storage; /* NULL until the first call */
     void *data;
     size_t nbytes;
@@ -317,15 +320,17 @@ static void bind_frozen(py_plan *self, PyObject *const *args, call_state *s) {
             continue;
         }
         const size_t nbytes = input_extent(self->plan, i);
-        if (f->storage && (f->data != s->inputs[i] || f->nbytes != nbytes)) { /* another tensor: new storage */
-            tb_storage_release(f->storage);
+        if (f->storage && (f->tensor != args[i] || f->data != s->inputs[i] || f->nbytes != nbytes)) {
+            tb_storage_release(f->storage); /* another tensor: a new storage */
             f->storage = NULL;
+            Py_CLEAR(f->tensor);
         }
         if (!f->storage) {
             if (tb_storage_wrap_versioned(s->inputs[i], nbytes, NULL, NULL, &f->storage) != TB_OK) {
                 tb_error_clear();
                 continue;
             }
+            f->tensor = Py_NewRef(args[i]);
             f->data = s->inputs[i];
             f->nbytes = nbytes;
             f->torch_version = value;
@@ -341,8 +346,10 @@ static void bind_frozen(py_plan *self, PyObject *const *args, call_state *s) {
 static void frozen_free(py_plan *self) {
     if (!self->frozen)
         return;
-    for (int i = 0; i < tb_plan_num_inputs(self->plan); i++)
+    for (int i = 0; i < tb_plan_num_inputs(self->plan); i++) {
         tb_storage_release(self->frozen[i].storage);
+        Py_CLEAR(self->frozen[i].tensor);
+    }
     PyMem_Free(self->frozen);
     self->frozen = NULL;
 }
@@ -495,12 +502,16 @@ static void plan_dealloc(PyObject *object) {
 }
 
 static int plan_traverse(PyObject *object, visitproc visit, void *arg) {
-    Py_VISIT(((py_plan *)object)->fallback);
+    py_plan *self = (py_plan *)object;
+    for (int i = 0; self->frozen && i < tb_plan_num_inputs(self->plan); i++)
+        Py_VISIT(self->frozen[i].tensor);
+    Py_VISIT(self->fallback);
     Py_VISIT(Py_TYPE(object));
     return 0;
 }
 
 static int plan_clear(PyObject *object) {
+    frozen_free((py_plan *)object);
     Py_CLEAR(((py_plan *)object)->fallback);
     return 0;
 }

@@ -85,6 +85,26 @@ def test_frozen_weights_follow_torch_writes(how):
     assert counts["conv_packs"] >= 1 and counts["conv_hits"] >= 1, counts  # repacked, then reused
 
 
+def test_another_tensor_object_on_the_same_memory_repacks():
+    """A parameter replaced by another tensor object on the same memory (and version counter) gets a new
+    storage: the plan keys on the object too, so a freed tensor's address reused by a new one can never
+    hit a stale pack."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 8, 3, padding=1)).eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        compiled = _compiled(model, True)
+        for _ in range(3):
+            compiled(x)
+        before = _C.weight_cache_counts()
+        model[2].weight = torch.nn.Parameter(model[2].weight.detach())  # same data pointer and _version
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        counts = _delta(before)
+    # the first conv hits three times; the second starts over: packed on its second call, hit on the third
+    assert counts["conv_packs"] == 1 and counts["conv_hits"] == 4, counts
+
+
 def test_writes_through_data_are_not_seen():
     """The freeze contract (docs/compile_backend.md): ``param.data`` bypasses torch's version counter,
     so a frozen model keeps its packed weights; this also shows the packs really are reused."""
