@@ -21,6 +21,8 @@ typedef struct copy_plan {
     const char *src;
     tb_dtype dst_dtype, src_dtype;
     int64_t rows;  /* product of all dims but the last */
+    int64_t piece; /* elements of the last dim per work unit (long rows are split so threads share them) */
+    int64_t pieces_per_row;
 } copy_plan;
 
 static bool is_integral(tb_dtype dtype) { return !tb_dtype_table[dtype].is_floating; }
@@ -79,9 +81,9 @@ static void store_double(char *p, tb_dtype dtype, double v) {
     }
 }
 
-static void copy_row(const copy_plan *plan, char *dst, const char *src) {
+/* Copies n elements of the last dim from src to dst. */
+static void copy_row(const copy_plan *plan, char *dst, const char *src, int64_t n) {
     int last = plan->ndim - 1;
-    int64_t n = plan->shape[last];
     int64_t ds = plan->dst_strides[last], ss = plan->src_strides[last];
     size_t dsize = tb_dtype_size(plan->dst_dtype), ssize = tb_dtype_size(plan->src_dtype);
     if (plan->dst_dtype == plan->src_dtype) {
@@ -115,18 +117,22 @@ static void copy_row(const copy_plan *plan, char *dst, const char *src) {
         store_double(dst + i * ds, plan->dst_dtype, load_as_double(src + i * ss, plan->src_dtype));
 }
 
+/* Work unit u: piece u % pieces_per_row of row u / pieces_per_row. */
 static void copy_rows(void *context, int64_t begin, int64_t end, int thread_index) {
     const copy_plan *plan = context;
     (void)thread_index;
-    for (int64_t row = begin; row < end; row++) {
-        int64_t rest = row, dst_offset = 0, src_offset = 0;
+    const int last = plan->ndim - 1;
+    for (int64_t unit = begin; unit < end; unit++) {
+        int64_t row = unit / plan->pieces_per_row, start = unit % plan->pieces_per_row * plan->piece;
+        int64_t count = plan->shape[last] - start < plan->piece ? plan->shape[last] - start : plan->piece;
+        int64_t rest = row, dst_offset = start * plan->dst_strides[last], src_offset = start * plan->src_strides[last];
         for (int d = plan->ndim - 2; d >= 0; d--) {
             int64_t index = rest % plan->shape[d];
             rest /= plan->shape[d];
             dst_offset += index * plan->dst_strides[d];
             src_offset += index * plan->src_strides[d];
         }
-        copy_row(plan, plan->dst + dst_offset, plan->src + src_offset);
+        copy_row(plan, plan->dst + dst_offset, plan->src + src_offset, count);
     }
 }
 
@@ -180,9 +186,14 @@ tb_status tb_tensor_copy(tb_tensor *dst, const tb_tensor *src) {
     }
     simplify(&plan);
     plan.rows = numel / plan.shape[plan.ndim - 1];
-    int64_t row_bytes = plan.shape[plan.ndim - 1] * (int64_t)tb_dtype_size(dst->dtype);
-    int64_t grain = row_bytes >= (1 << 16) ? 1 : (1 << 16) / (row_bytes > 0 ? row_bytes : 1);
-    tb_parallel_for(plan.rows, grain, copy_rows, &plan);
+    /* work units of about 64 KiB of output: a long row is cut into pieces, short rows are grouped */
+    enum { UNIT_BYTES = 1 << 16 };
+    int64_t row_len = plan.shape[plan.ndim - 1], element = (int64_t)tb_dtype_size(dst->dtype);
+    int64_t row_bytes = row_len * element;
+    plan.piece = row_bytes > 2 * UNIT_BYTES ? UNIT_BYTES / element : row_len;
+    plan.pieces_per_row = (row_len + plan.piece - 1) / plan.piece;
+    int64_t grain = row_bytes >= UNIT_BYTES ? 1 : UNIT_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    tb_parallel_for(plan.rows * plan.pieces_per_row, grain, copy_rows, &plan);
     tb_tensor_release(&expanded);
     return TB_OK;
 }

@@ -128,10 +128,11 @@ typedef struct gemm_job {
 
 static void pack_a_block(const gemm_job *job, const float *a, int64_t rows, int64_t kc, float *dst) {
     const tb_gemm_microkernel *uk = job->uk;
+    const int64_t depth = tb_gemm_panel_depth(uk, kc);
     for (int64_t i = 0; i < rows; i += uk->mr) {
         int panel_rows = (int)(rows - i < uk->mr ? rows - i : uk->mr);
         const float *src = a + i * job->d->a_row_stride;
-        float *panel = dst + i * kc;
+        float *panel = dst + i * depth;
         if (uk->pack_a)
             uk->pack_a(src, job->d->a_row_stride, job->d->a_col_stride, panel_rows, kc, panel);
         else
@@ -140,13 +141,14 @@ static void pack_a_block(const gemm_job *job, const float *a, int64_t rows, int6
 }
 
 /* Packs columns [0, cols) of a kc-row block of B into consecutive NR-column panels (panel j/NR at
- * dst + j * kc): the layout run_cell reads, and each k block of a prepacked B. */
+ * dst + j * tb_gemm_panel_depth(kc)): the layout run_cell reads, and each k block of a prepacked B. */
 static void pack_b_panels(const tb_gemm_microkernel *uk, const float *b, int64_t row_stride, int64_t col_stride,
                           int64_t cols, int64_t kc, float *dst) {
+    const int64_t depth = tb_gemm_panel_depth(uk, kc);
     for (int64_t j = 0; j < cols; j += uk->nr) {
         int panel_cols = (int)(cols - j < uk->nr ? cols - j : uk->nr);
         const float *src = b + j * col_stride;
-        float *panel = dst + j * kc;
+        float *panel = dst + j * depth;
         if (uk->pack_b)
             uk->pack_b(src, row_stride, col_stride, panel_cols, kc, panel);
         else
@@ -166,9 +168,11 @@ static int64_t k_block_size(int64_t k, int64_t blocking_kc) {
 }
 
 /* ---- prepacked B ----
- * Layout: k block q (rows [pc, pc + kcur), kcur = k_block_size) at data + pc * n_pad, as
- * pack_b_panels lays it out over all n columns; a cell's panels for columns from jc are then at
- * data + pc * n_pad + jc * kcur, exactly where run_cell would have packed them. */
+ * Layout: k block q (rows [pc, pc + kcur), pc = q * kc with kc = k_block_size, kcur = kc but for the
+ * last block) at data + q * n_pad * depth(kc), as pack_b_panels lays it out over all n columns; a
+ * cell's panels for columns from jc are then at data + q * n_pad * depth(kc) + jc * depth(kcur),
+ * exactly where run_cell would have packed them (depth: tb_gemm_panel_depth, kc without tile
+ * padding, so plain kernels keep data + pc * n_pad + jc * kcur). */
 struct tb_gemm_packed_b {
     const tb_gemm_microkernel *uk;
     int64_t k, n, n_pad;
@@ -195,8 +199,9 @@ static void pack_b_worker(void *context, int64_t begin, int64_t end, int thread_
         int64_t j0 = unit % job->units_per_block * job->panels_per_unit * nr;
         int64_t kcur = job->k - pc < job->kc ? job->k - pc : job->kc;
         int64_t cols = job->n - j0 < job->panels_per_unit * nr ? job->n - j0 : job->panels_per_unit * nr;
+        float *block = job->data + pc / job->kc * job->n_pad * tb_gemm_panel_depth(job->uk, job->kc);
         pack_b_panels(job->uk, job->b + pc * job->row_stride + j0 * job->col_stride, job->row_stride,
-                      job->col_stride, cols, kcur, job->data + pc * job->n_pad + j0 * kcur);
+                      job->col_stride, cols, kcur, block + j0 * tb_gemm_panel_depth(job->uk, kcur));
     }
 }
 
@@ -212,7 +217,9 @@ tb_status tb_gemm_pack_b(int64_t k, int64_t n, const float *b, int64_t b_row_str
     const tb_gemm_microkernel *uk = tb_gemm_microkernel_for_precision(isa, precision);
     tb_gemm_blocking blocking = tb_gemm_blocking_for(uk);
     int64_t n_pad = (n + uk->nr - 1) / uk->nr * uk->nr;
-    size_t bytes = (size_t)k * (size_t)n_pad * sizeof(float);
+    int64_t kc = k_block_size(k, blocking.kc), k_blocks = (k + kc - 1) / kc;
+    int64_t depth = (k_blocks - 1) * tb_gemm_panel_depth(uk, kc) + tb_gemm_panel_depth(uk, k - (k_blocks - 1) * kc);
+    size_t bytes = (size_t)depth * (size_t)n_pad * sizeof(float);
     tb_gemm_packed_b *packed = NULL;
     TB_TRY(tb_alloc(sizeof *packed, TB_ALLOC_DEFAULT, (void **)&packed));
     tb_status status = tb_alloc(bytes, TB_ALLOC_DEFAULT, (void **)&packed->data);
@@ -228,10 +235,10 @@ tb_status tb_gemm_pack_b(int64_t k, int64_t n, const float *b, int64_t b_row_str
     packed->blocking_kc = blocking.kc;
     packed->bytes = bytes;
     pack_b_job job = {.uk = uk, .b = b, .row_stride = b_row_stride, .col_stride = b_col_stride, .k = k, .n = n,
-                      .kc = k_block_size(k, blocking.kc), .n_pad = n_pad, .panels_per_unit = PACK_UNIT_PANELS,
+                      .kc = kc, .n_pad = n_pad, .panels_per_unit = PACK_UNIT_PANELS,
                       .data = packed->data};
     job.units_per_block = (n_pad / uk->nr + PACK_UNIT_PANELS - 1) / PACK_UNIT_PANELS;
-    int64_t units = (k + job.kc - 1) / job.kc * job.units_per_block;
+    int64_t units = k_blocks * job.units_per_block;
     if ((double)k * (double)n < (double)(1 << 16) || tb_in_parallel_region())
         pack_b_worker(&job, 0, units, 0);
     else
@@ -304,9 +311,10 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
     int64_t kc = k_block_size(d->k, bl->kc);
     const tb_gemm_packed_b *prepacked = d->b_packed;
 
+    const int64_t depth = tb_gemm_panel_depth(uk, kc); /* of a full k block; a panel is mr or nr times this */
     float *a_packed = NULL;
-    size_t a_floats = (size_t)mc * (size_t)kc;
-    size_t b_floats = prepacked ? 0 : (size_t)nc * (size_t)kc;
+    size_t a_floats = (size_t)mc * (size_t)depth;
+    size_t b_floats = prepacked ? 0 : (size_t)nc * (size_t)depth;
     tb_status status = tb_kernel_scratch(TB_SCRATCH_GEMM, (a_floats + b_floats + 16) * sizeof(float), &a_packed);
     if (status != TB_OK) {
         *failed_bytes = (a_floats + b_floats) * sizeof(float);
@@ -314,15 +322,18 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
     }
     float *b_packed = a_packed + (a_floats + 15) / 16 * 16;
 
+    if (uk->cell_begin)
+        uk->cell_begin();
     for (int64_t jc = n0; jc < n1; jc += nc) {
         int64_t ncur = n1 - jc < nc ? n1 - jc : nc;
         for (int64_t pc = 0; pc < d->k; pc += kc) {
             int64_t kcur = d->k - pc < kc ? d->k - pc : kc;
+            int64_t kdepth = tb_gemm_panel_depth(uk, kcur);
             bool first_k = pc == 0, last_k = pc + kcur >= d->k;
             float beta = first_k ? d->beta : 1.0f;
             const float *b_panels = b_packed;
             if (prepacked)
-                b_panels = prepacked->data + pc * prepacked->n_pad + jc * kcur;
+                b_panels = prepacked->data + pc / kc * prepacked->n_pad * depth + jc * kdepth;
             else
                 pack_b_block(job, b + pc * d->b_row_stride + jc * d->b_col_stride, ncur, kcur, b_packed);
             for (int64_t ic = m0; ic < m1; ic += mc) {
@@ -330,12 +341,12 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
                 pack_a_block(job, a + ic * d->a_row_stride + pc * d->a_col_stride, mcur, kcur, a_packed);
                 for (int64_t jr = 0; jr < ncur; jr += nr) {
                     int cols = (int)(ncur - jr < nr ? ncur - jr : nr);
-                    const float *b_panel = b_panels + jr * kcur;
+                    const float *b_panel = b_panels + jr * kdepth;
                     for (int64_t ir = 0; ir < mcur; ir += mr) {
                         int rows = (int)(mcur - ir < mr ? mcur - ir : mr);
                         float *tile = c + (ic + ir) * d->c_row_stride + jc + jr;
-                        uk->kernel(kcur, a_packed + ir * kcur, b_panel, tile, d->c_row_stride, rows, cols, d->alpha,
-                                   beta);
+                        uk->kernel(kcur, a_packed + ir * kdepth, b_panel, tile, d->c_row_stride, rows, cols,
+                                   d->alpha, beta);
                         if (last_k && has_epilogue)
                             apply_epilogue(uk, d, residual, tile, ic + ir, jc + jr, rows, cols);
                     }
@@ -343,6 +354,8 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
             }
         }
     }
+    if (uk->cell_end)
+        uk->cell_end();
     return TB_OK;
 }
 
@@ -533,10 +546,22 @@ tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa) {
             tb_parallel_for(items, 1, small_m_worker, &job);
         return TB_OK;
     }
+    /* A tile kernel computes so fast that packing the same B once per cell row would cost as much as
+     * the product: pack it once for all cells (in parallel) and share it. */
+    tb_gemm_desc shared_desc;
+    tb_gemm_packed_b *shared_b = NULL;
+    if (job.uk->k_tile > 0 && threads > 1 && !d->b_packed && !job.skip_product && job.m_tiles > 1 &&
+        (d->batch == 1 || d->b_batch_stride == 0)) {
+        TB_TRY(tb_gemm_pack_b(d->k, d->n, d->b, d->b_row_stride, d->b_col_stride, isa, d->precision, &shared_b));
+        shared_desc = *d;
+        shared_desc.b_packed = shared_b;
+        job.d = &shared_desc;
+    }
     choose_grid(&job, threads);
     int64_t cells = d->batch * job.grid_m * job.grid_n;
     size_t failed_bytes;
     tb_status status = tb_run_units(run_cell_unit, &job, cells, threads > 1, &failed_bytes);
+    tb_gemm_packed_b_free(shared_b);
     if (status != TB_OK)
         return tb_error_set(status, "gemm_f32: could not allocate %zu bytes of packing scratch", failed_bytes);
     return TB_OK;

@@ -37,7 +37,8 @@ typedef enum tb_bias_kind {
  *   DEFAULT: the process setting (tb_gemm_set_default_precision / TORCHBURN_MATMUL_PRECISION)
  *   HIGHEST: f32 multiply-adds
  *   BF16:    A and B rounded to bfloat16 (nearest even), products accumulated in f32; exact for
- *            operands that already are bf16 values. Used where the CPU has AVX512-BF16, else f32. */
+ *            operands that already are bf16 values. Used where the CPU has AMX-BF16 (tiles) or
+ *            AVX512-BF16, else f32. */
 typedef enum tb_gemm_precision {
     TB_GEMM_PRECISION_DEFAULT = 0,
     TB_GEMM_PRECISION_HIGHEST,
@@ -51,6 +52,15 @@ TB_API tb_gemm_precision tb_gemm_default_precision(void);
 /* Reads TORCHBURN_MATMUL_PRECISION: highest | high (both f32: there is no TF32 on CPUs) | medium | bf16
  * (both bf16); anything else is an error naming the value. Called by the Python extension at import. */
 TB_API TB_NODISCARD tb_status tb_gemm_precision_init(void);
+
+/* Whether bf16 products may run on AMX tiles where CPUID, XCR0 and the OS permission allow them
+ * (initially true; false: the AVX512-BF16 kernel). Packed Bs made under the other setting no longer
+ * match (tb_gemm_packed_b_matches), so callers repack. */
+TB_API void tb_gemm_set_amx_allowed(bool allowed);
+
+/* Reads TORCHBURN_AMX: 0 (never use AMX) | 1 (use it where allowed, the default); anything else is an
+ * error naming the value. Called by the Python extension at import. */
+TB_API TB_NODISCARD tb_status tb_gemm_amx_init(void);
 
 /* B packed once into the driver's panel layout (for one ISA, precision, k and n), so products that use
  * the same B again (nn.Linear weights, the graph's constant operands) skip packing it each call.

@@ -71,13 +71,28 @@ typedef struct tb_gemm_microkernel {
     tb_gemm_pack_b_fn pack_b;
     tb_gemm_epilogue_fn epilogue;
     tb_gemm_small_m_fn small_m; /* NULL: small products go through the packed path */
+    /* Tile kernels (AMX) pad each k block to whole chunks of k_tile (0: no padding); their panels are
+     * strided by tb_gemm_panel_depth. cell_begin / cell_end (NULL: none) bracket every run of kernel
+     * calls on one thread (one GEMM cell), e.g. loading and releasing the tile configuration. */
+    int k_tile;
+    void (*cell_begin)(void);
+    void (*cell_end)(void);
 } tb_gemm_microkernel;
+
+/* Float-sized units one panel line takes for a k block of depth kc: kc, or for a tile kernel the
+ * padded depth's packed elements (packed_bytes each) in floats. A panel is mr (or nr) times this. */
+static inline int64_t tb_gemm_panel_depth(const tb_gemm_microkernel *uk, int64_t kc) {
+    if (uk->k_tile <= 0)
+        return kc;
+    return (kc + uk->k_tile - 1) / uk->k_tile * uk->k_tile * uk->packed_bytes / 4;
+}
 
 extern const tb_gemm_microkernel tb_gemm_microkernel_ref;
 #if defined(TB_HAVE_X86)
 extern const tb_gemm_microkernel tb_gemm_microkernel_avx2;
 extern const tb_gemm_microkernel tb_gemm_microkernel_avx512;
 extern const tb_gemm_microkernel tb_gemm_microkernel_avx512_bf16; /* needs AVX512-BF16 */
+extern const tb_gemm_microkernel tb_gemm_microkernel_amx_bf16;    /* needs AMX-BF16 and the OS permission */
 void tb_gemm_epilogue_avx512(float *c, int64_t c_row_stride, int rows, int cols, const tb_gemm_epilogue *e);
 #endif
 

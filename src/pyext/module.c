@@ -307,6 +307,8 @@ PyMODINIT_FUNC PyInit__C(void) {
     status = tb_gemm_blocking_init();
     if (status == TB_OK)
         status = tb_gemm_precision_init();
+    if (status == TB_OK)
+        status = tb_gemm_amx_init();
     if (status != TB_OK) {
         tb_py_raise(status);
         return NULL;

@@ -10,6 +10,7 @@
 #include "torchburn/cpu.h"
 #include "torchburn/dtype.h"
 #include "torchburn/tensor.h"
+#include "torchburn/thread_pool.h"
 
 /* Reference round-to-nearest-even of an f32 to bf16, deciding with exact double arithmetic. */
 static uint16_t bf16_reference(float value) {
@@ -302,12 +303,56 @@ static void test_cacheable_storages(void) {
     tb_storage_release(versioned);
 }
 
+/* Copies of rows long enough to be cut into pieces shared by threads (about 64 KiB of output each):
+ * f32 -> bf16 / f16 / f64 and back, a strided source, a row length that is no multiple of the piece,
+ * several thread counts; every element against the scalar conversion, nothing past the end written. */
+static void test_long_row_copies(void) {
+    const int64_t n = 200003; /* > 2 pieces at every element size, with a short last piece */
+    tb_tensor source, strided_source;
+    TB_CHECK(tb_tensor_empty(TB_F32, 1, (int64_t[]){2 * n}, 0, &source) == TB_OK);
+    float *x = tb_tensor_data(&source);
+    for (int64_t i = 0; i < 2 * n; i++)
+        x[i] = (float)(i % 1999) * 0.37f - 300.0f + (float)i * 1e-4f;
+    TB_CHECK(tb_tensor_from_storage(source.storage, TB_F32, 1, (int64_t[]){n}, (int64_t[]){2}, 1, &strided_source) ==
+             TB_OK);
+    static const tb_dtype targets[] = {TB_BF16, TB_F16, TB_F64};
+    for (int threads = 1; threads <= 3; threads += 2) {
+        TB_CHECK(tb_set_num_threads(threads) == TB_OK);
+        for (int t = 0; t < 3; t++)
+            for (int strided = 0; strided < 2; strided++) {
+                tb_tensor converted, back;
+                const tb_tensor *from = strided ? &strided_source : &source;
+                int64_t count = strided ? n : 2 * n;
+                TB_CHECK(tb_tensor_contiguous(from, targets[t], &converted) == TB_OK);
+                TB_CHECK(tb_tensor_contiguous(&converted, TB_F32, &back) == TB_OK);
+                const float *y = tb_tensor_data(&back);
+                int64_t bad = 0;
+                for (int64_t i = 0; i < count; i++) {
+                    float v = x[strided ? 2 * i + 1 : i];
+                    float expected = targets[t] == TB_BF16  ? tb_bf16_to_f32(tb_f32_to_bf16(v))
+                                     : targets[t] == TB_F16 ? tb_f16_to_f32(tb_f32_to_f16(v))
+                                                            : v;
+                    bad += memcmp(&y[i], &expected, sizeof expected) != 0;
+                }
+                TB_CHECK_MSG(bad == 0, "%lld wrong elements (%s, strided %d, %d threads)", (long long)bad,
+                             tb_dtype_name(targets[t]), strided, threads);
+                TB_CHECK(tb_tensor_numel(&back) == count);
+                tb_tensor_release(&converted);
+                tb_tensor_release(&back);
+            }
+    }
+    TB_CHECK(tb_set_num_threads(tb_physical_cores()) == TB_OK);
+    tb_tensor_release(&strided_source);
+    tb_tensor_release(&source);
+}
+
 int main(void) {
     test_probes();
     test_cacheable_storages();
     test_half_conversions();
     test_allocator();
     test_views();
+    test_long_row_copies();
     test_isa();
     return tb_test_finish("test_core");
 }

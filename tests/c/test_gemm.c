@@ -9,6 +9,7 @@
 #include "kernels/gemm_internal.h"
 #include "tb_test.h"
 #include "torchburn/alloc.h"
+#include "torchburn/cpu.h"
 #include "torchburn/dtype.h"
 #include "torchburn/thread_pool.h"
 
@@ -238,28 +239,28 @@ static void test_blocking_choice(void) {
     tb_gemm_set_blocking_override(0, 0, 0);
 }
 
-/* TB_GEMM_PRECISION_BF16 on the AVX512-BF16 kernel: odd sizes (odd k: a half-empty last pair), every
- * operand layout, k blocks, epilogues, threads, forced tiny blocking; against the double product of
- * the bf16-rounded operands. Skipped (with the reason) where the CPU has no AVX512-BF16. */
-static void test_bf16_precision(uint64_t *seed) {
-    if (tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_BF16)->packed_bytes != 2) {
-        fprintf(stderr, "test_gemm: bf16 kernel not tested: this CPU has no AVX512-BF16 at the avx512 level\n");
-        return;
-    }
-    static const int64_t shapes[][3] = {{1, 1, 1},   {3, 5, 2},     {14, 32, 32},  {15, 33, 33}, {29, 47, 129},
-                                        {64, 64, 64}, {100, 90, 513}, {7, 300, 1031}, {130, 70, 9}};
+/* TB_GEMM_PRECISION_BF16 on each bf16 kernel this CPU has -- AMX-BF16 tiles, then (AMX switched off)
+ * the AVX512-BF16 one: odd sizes (odd k: a half-empty last pair; k off the 32-deep tile chunk), every
+ * operand layout, k blocks, epilogues, alpha/beta, threads, forced tiny blocking; against the double
+ * product of the bf16-rounded operands. A kernel the CPU lacks is skipped with the reason. */
+static void test_bf16_kernel(uint64_t *seed, const char *expected) {
+    static const int64_t shapes[][3] = {{1, 1, 1},     {3, 5, 2},      {14, 32, 32},   {15, 33, 33},
+                                        {29, 47, 129}, {64, 64, 64},   {100, 90, 513}, {7, 300, 1031},
+                                        {130, 70, 9},  {32, 32, 31},   {65, 96, 95},   {33, 31, 1}};
+    const int shape_count = (int)(sizeof shapes / sizeof shapes[0]);
     for (int blocking = 0; blocking < 2; blocking++) {
         tb_gemm_set_blocking_override(blocking ? 1 : 0, blocking ? 6 : 0, blocking ? 1 : 0);
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int s = 0; s < shape_count; s++)
             for (int layout = 0; layout < 4; layout++) {
                 gemm_case t = plain(shapes[s][0], shapes[s][1], shapes[s][2], (*seed)++);
                 t.bf16 = true;
                 t.trans_a = layout & 1;
                 t.trans_b = layout >> 1;
-                t.c_pad = (int64_t)(s % 3);
-                t.beta = s % 4 == 1 ? 0.5f : 0.0f;
+                t.c_pad = s % 3;
+                t.beta = s % 4 == 1 ? 0.5f : s % 4 == 2 && layout < 2 ? 1.0f : 0.0f;
+                t.alpha = s % 5 == 3 ? -1.5f : 1.0f;
                 t.bias_kind = (tb_bias_kind)(s % 3);
-                t.activation = (tb_activation)((s + (size_t)layout) % TB_ACTIVATION_COUNT);
+                t.activation = (tb_activation)((s + layout) % TB_ACTIVATION_COUNT);
                 t.residual = s % 2 == 1;
                 t.batch = s == 4 ? 2 : 1;
                 run_case(&t, TB_ISA_AVX512);
@@ -270,12 +271,47 @@ static void test_bf16_precision(uint64_t *seed) {
     t.bf16 = true;
     t.trans_b = true;
     run_case(&t, TB_ISA_AVX512);
+    t = plain(96, 64, 1100, (*seed)++); /* whole tiles, beta 1 read through the tiles, several k blocks */
+    t.bf16 = true;
+    t.beta = 1.0f;
+    run_case(&t, TB_ISA_AVX512);
+    for (int variant = 0; variant < 2; variant++) { /* prepacked B in the kernel's layout */
+        t = plain(70, 100, 600, (*seed)++);
+        t.bf16 = true;
+        t.prepacked = true;
+        t.trans_b = variant;
+        t.bias_kind = TB_BIAS_PER_COLUMN;
+        run_case(&t, TB_ISA_AVX512);
+    }
     /* the process default reaches a DEFAULT-precision descriptor (the same kernel) */
     tb_gemm_set_default_precision(TB_GEMM_PRECISION_BF16);
-    TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_DEFAULT)->packed_bytes == 2);
+    TB_CHECK(strcmp(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_DEFAULT)->isa_name,
+                    expected) == 0);
     TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_HIGHEST)->packed_bytes != 2);
     tb_gemm_set_default_precision(TB_GEMM_PRECISION_HIGHEST);
     TB_CHECK(tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_DEFAULT)->packed_bytes != 2);
+}
+
+static void test_bf16_precision(uint64_t *seed) {
+    const tb_cpu_features *f = tb_cpu_get_features();
+    bool amx_usable = f->amx_bf16 && f->avx512bf16 && tb_isa_supported(TB_ISA_AVX512) && tb_cpu_amx_request();
+    const char *chosen = tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_BF16)->isa_name;
+    /* where the CPU and the OS allow AMX it must be the one chosen, not silently the fallback */
+    TB_CHECK_MSG(strcmp(chosen, "amx_bf16") == 0 || !amx_usable, "bf16 products run on %s although AMX is usable",
+                 chosen);
+    if (amx_usable)
+        test_bf16_kernel(seed, "amx_bf16");
+    else
+        fprintf(stderr, "test_gemm: AMX bf16 kernel not tested: %s\n",
+                !f->amx_bf16 ? "this CPU has no AMX-BF16"
+                : !f->amx_os ? "the OS does not enable the AMX tile state (XCR0)"
+                             : "the OS refused the AMX permission (arch_prctl) or there is no AVX-512 level");
+    tb_gemm_set_amx_allowed(false);
+    if (tb_gemm_microkernel_for_precision(TB_ISA_AVX512, TB_GEMM_PRECISION_BF16)->packed_bytes == 2)
+        test_bf16_kernel(seed, "avx512_bf16");
+    else
+        fprintf(stderr, "test_gemm: bf16 kernel not tested: this CPU has no AVX512-BF16 at the avx512 level\n");
+    tb_gemm_set_amx_allowed(true);
 }
 
 /* Odd shapes, strides and epilogues under forced tiny blocks (one register tile per mc/nc block, k

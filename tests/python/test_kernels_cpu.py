@@ -84,11 +84,38 @@ def test_malformed_blocking_env_is_refused_at_import():
 
 
 def _has_bf16_kernel():
-    return "vdpbf16ps" in torchburn.cpu_info()["kernels"]["gemm_bf16"]
+    variant = torchburn.cpu_info()["kernels"]["gemm_bf16"]
+    return "vdpbf16ps" in variant or "tdpbf16ps" in variant
 
 
 def _bf16_skip_reason():
-    return f"no AVX512-BF16 kernel at ISA {torchburn.cpu_info()['isa']} on this CPU"
+    return f"no AMX-BF16 or AVX512-BF16 kernel at ISA {torchburn.cpu_info()['isa']} on this CPU"
+
+
+def _amx_usable():
+    info = torchburn.cpu_info()
+    return info["isa"] == "avx512" and info["features"]["amx_bf16"] and info["features"]["amx_os_enabled"] and \
+        info["features"]["avx512_bf16"]
+
+
+def test_amx_is_chosen_where_usable_and_switch_is_honoured():
+    """Where CPUID and XCR0 allow AMX-BF16 the bf16 family runs on the tiles (not silently on the
+    fallback); TORCHBURN_AMX=0 selects the AVX512-BF16 kernel; a malformed value is refused at import."""
+    if not _amx_usable():
+        pytest.skip("this CPU (or the OS) does not offer AMX-BF16 at the avx512 level")
+    assert "amx_bf16" in torchburn.cpu_info()["kernels"]["gemm_bf16"]
+    script = ("import torchburn, torch; from torchburn import ops; "
+              "print(torchburn.cpu_info()['kernels']['gemm_bf16']); "
+              "g = torch.Generator().manual_seed(3); a = torch.randn(97, 300, generator=g).bfloat16(); "
+              "b = torch.randn(300, 70, generator=g).bfloat16(); "
+              "e = (a.double() @ b.double()); print(float(((ops.matmul(a, b).double() - e).abs() / "
+              "(e.abs() + 1)).max()))")
+    done = _run(script, TORCHBURN_AMX="0")
+    assert done.returncode == 0, done.stderr
+    variant, error = done.stdout.split("\n")[:2]
+    assert variant.startswith("avx512_bf16") and float(error) < 1.6e-2, done.stdout
+    done = _run("import torchburn", TORCHBURN_AMX="yes")
+    assert done.returncode != 0 and "TORCHBURN_AMX" in done.stderr and "yes" in done.stderr
 
 
 @pytest.mark.parametrize("shape", [(1, 7, 3), (33, 65, 17), (130, 90, 301), (256, 256, 256)])

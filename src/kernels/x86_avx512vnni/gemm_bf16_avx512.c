@@ -8,7 +8,7 @@
  * f32 panel's space):
  *   A panel: slot[q * MR + i] = (A[i, 2q], A[i, 2q + 1])   (q < ceil(kc / 2))
  *   B panel: slot[q * NR + j] = (B[2q, j], B[2q + 1, j])
- * Rounding is tb_f32_to_bf16's: round to nearest even, NaN kept quiet, no denormal flush.
+ * Rounding: bf16_pairs_avx512.h.
  * The 14 x 32 micro-kernel: per k pair two B loads, 14 32-bit broadcasts of A, 28 vdpbf16ps. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -17,36 +17,11 @@
 #include "kernels/gemm_internal.h"
 #include "kernels/x86_avx512/gemm_tile_avx512.h"
 #include "kernels/x86_avx512/gemm_transpose_avx512.h"
-#include "torchburn/dtype.h"
+#include "kernels/x86_avx512vnni/bf16_pairs_avx512.h"
 
 enum { MR = TB_AVX512_MR, NR = TB_AVX512_NR };
 
 static inline __mmask16 mask_first(int count) { return tb_avx512_mask_first(count); }
-
-/* bf16 bits of 16 floats in the low halves of 32-bit lanes (high halves zero). */
-static inline __m512i round_bf16(__m512 v) {
-    __m512i bits = _mm512_castps_si512(v);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
-}
-
-/* Pair slots (x[2t], x[2t + 1]) for t < 16 from 32 consecutive floats lo (0..15) and hi (16..31). */
-static inline __m512 pairs_of_consecutive(__m512 lo, __m512 hi) {
-    const __m512i index = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28,
-                                           26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    return _mm512_castsi512_ps(_mm512_permutex2var_epi16(round_bf16(lo), index, round_bf16(hi)));
-}
-
-/* Pair slots (even[t], odd[t]) for t < 16. */
-static inline __m512 pairs_of_rows(__m512 even, __m512 odd) {
-    return _mm512_castsi512_ps(_mm512_or_si512(round_bf16(even), _mm512_slli_epi32(round_bf16(odd), 16)));
-}
-
-static inline uint32_t pair_scalar(float even, float odd) {
-    return (uint32_t)tb_f32_to_bf16(even) | (uint32_t)tb_f32_to_bf16(odd) << 16;
-}
 
 static inline __attribute__((always_inline)) void tile_rows(const int ROWS, int64_t kc, const float *a,
                                                             const float *b, float *c, int64_t ldc, int nr,
@@ -91,7 +66,7 @@ static void pack_k_contiguous(const float *x, int64_t line_stride, int lines, in
         for (int l = 0; l < 16; l++) {
             if (line0 + l < lines) {
                 const float *src = x + (line0 + l) * line_stride + p0;
-                r[l] = pairs_of_consecutive(_mm512_maskz_loadu_ps(lo_mask, src), _mm512_maskz_loadu_ps(hi_mask, src + 16));
+                r[l] = tb_bf16_pairs_of_consecutive(_mm512_maskz_loadu_ps(lo_mask, src), _mm512_maskz_loadu_ps(hi_mask, src + 16));
             } else {
                 r[l] = _mm512_setzero_ps();
             }
@@ -111,7 +86,7 @@ static void pack_lines_contiguous(const float *x, int64_t k_stride, int lines, i
         for (int64_t q = 0; q < pairs; q++) {
             __m512 even = _mm512_maskz_loadu_ps(m, x + 2 * q * k_stride + l0);
             __m512 odd = 2 * q + 1 < kc ? _mm512_maskz_loadu_ps(m, x + (2 * q + 1) * k_stride + l0) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(panel + q * width + l0, store, pairs_of_rows(even, odd));
+            _mm512_mask_storeu_ps(panel + q * width + l0, store, tb_bf16_pairs_of_rows(even, odd));
         }
     }
 }
@@ -125,7 +100,7 @@ static void pack_generic(const float *x, int64_t line_stride, int64_t k_stride, 
         for (int l = 0; l < width; l++) {
             float even = l < lines ? x[l * line_stride + 2 * q * k_stride] : 0.0f;
             float odd = l < lines && 2 * q + 1 < kc ? x[l * line_stride + (2 * q + 1) * k_stride] : 0.0f;
-            slots[q * width + l] = pair_scalar(even, odd);
+            slots[q * width + l] = tb_bf16_pair_scalar(even, odd);
         }
 }
 
