@@ -45,7 +45,11 @@ tb_status tb_gemm_validate(const tb_gemm_desc *d, const char *where) {
                             "entries overlap",
                             where, (long long)d->c_batch_stride, (long long)d->m, (long long)d->n,
                             (long long)d->c_row_stride);
-    if (d->k > 0 && (!d->a || !d->b))
+    bool bf16_operands = d->a_bf16 || d->b_bf16;
+    if (bf16_operands && (!d->a_bf16 || !d->b_bf16 || d->a || d->b || d->b_packed))
+        return tb_error_set(TB_ERR_INVALID_ARGUMENT,
+                            "%s: bf16 operands need both a_bf16 and b_bf16, with a, b and b_packed NULL", where);
+    if (d->k > 0 && !bf16_operands && (!d->a || !d->b))
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "%s: %s is NULL with k=%lld", where, !d->a ? "A" : "B",
                             (long long)d->k);
     if (d->bias_kind != TB_BIAS_NONE && !d->bias)
@@ -115,6 +119,21 @@ tb_status tb_kernel_scratch(tb_scratch_slot slot, size_t bytes, float **out) {
     return TB_OK;
 }
 
+/* ---- operands: f32, or bf16 bits read in place (tb_gemm_desc's a_bf16 / b_bf16) ---- */
+
+typedef struct operand {
+    const float *f32;     /* exactly one of the two is set */
+    const uint16_t *bf16;
+} operand;
+
+static operand operand_at(operand x, int64_t offset) {
+    if (x.bf16)
+        x.bf16 += offset;
+    else
+        x.f32 += offset;
+    return x;
+}
+
 /* ---- the blocked product of one cell ---- */
 
 typedef struct gemm_job {
@@ -126,37 +145,41 @@ typedef struct gemm_job {
     int64_t grid_m, grid_n;   /* cells per batch entry */
 } gemm_job;
 
-static void pack_a_block(const gemm_job *job, const float *a, int64_t rows, int64_t kc, float *dst) {
+static void pack_a_block(const gemm_job *job, operand a, int64_t rows, int64_t kc, float *dst) {
     const tb_gemm_microkernel *uk = job->uk;
-    const int64_t depth = tb_gemm_panel_depth(uk, kc);
+    const int64_t depth = tb_gemm_panel_depth(uk, kc), rs = job->d->a_row_stride, cs = job->d->a_col_stride;
     for (int64_t i = 0; i < rows; i += uk->mr) {
         int panel_rows = (int)(rows - i < uk->mr ? rows - i : uk->mr);
-        const float *src = a + i * job->d->a_row_stride;
+        operand src = operand_at(a, i * rs);
         float *panel = dst + i * depth;
-        if (uk->pack_a)
-            uk->pack_a(src, job->d->a_row_stride, job->d->a_col_stride, panel_rows, kc, panel);
+        if (src.bf16)
+            uk->pack_a_bf16(src.bf16, rs, cs, panel_rows, kc, panel);
+        else if (uk->pack_a)
+            uk->pack_a(src.f32, rs, cs, panel_rows, kc, panel);
         else
-            tb_gemm_pack_a_portable(src, job->d->a_row_stride, job->d->a_col_stride, panel_rows, kc, uk->mr, panel);
+            tb_gemm_pack_a_portable(src.f32, rs, cs, panel_rows, kc, uk->mr, panel);
     }
 }
 
 /* Packs columns [0, cols) of a kc-row block of B into consecutive NR-column panels (panel j/NR at
  * dst + j * tb_gemm_panel_depth(kc)): the layout run_cell reads, and each k block of a prepacked B. */
-static void pack_b_panels(const tb_gemm_microkernel *uk, const float *b, int64_t row_stride, int64_t col_stride,
+static void pack_b_panels(const tb_gemm_microkernel *uk, operand b, int64_t row_stride, int64_t col_stride,
                           int64_t cols, int64_t kc, float *dst) {
     const int64_t depth = tb_gemm_panel_depth(uk, kc);
     for (int64_t j = 0; j < cols; j += uk->nr) {
         int panel_cols = (int)(cols - j < uk->nr ? cols - j : uk->nr);
-        const float *src = b + j * col_stride;
+        operand src = operand_at(b, j * col_stride);
         float *panel = dst + j * depth;
-        if (uk->pack_b)
-            uk->pack_b(src, row_stride, col_stride, panel_cols, kc, panel);
+        if (src.bf16)
+            uk->pack_b_bf16(src.bf16, row_stride, col_stride, panel_cols, kc, panel);
+        else if (uk->pack_b)
+            uk->pack_b(src.f32, row_stride, col_stride, panel_cols, kc, panel);
         else
-            tb_gemm_pack_b_portable(src, row_stride, col_stride, panel_cols, kc, uk->nr, panel);
+            tb_gemm_pack_b_portable(src.f32, row_stride, col_stride, panel_cols, kc, uk->nr, panel);
     }
 }
 
-static void pack_b_block(const gemm_job *job, const float *b, int64_t cols, int64_t kc, float *dst) {
+static void pack_b_block(const gemm_job *job, operand b, int64_t cols, int64_t kc, float *dst) {
     pack_b_panels(job->uk, b, job->d->b_row_stride, job->d->b_col_stride, cols, kc, dst);
 }
 
@@ -183,7 +206,7 @@ struct tb_gemm_packed_b {
 
 typedef struct pack_b_job {
     const tb_gemm_microkernel *uk;
-    const float *b;
+    operand b;
     int64_t row_stride, col_stride, k, n, kc, n_pad, panels_per_unit, units_per_block;
     float *data;
 } pack_b_job;
@@ -200,17 +223,18 @@ static void pack_b_worker(void *context, int64_t begin, int64_t end, int thread_
         int64_t kcur = job->k - pc < job->kc ? job->k - pc : job->kc;
         int64_t cols = job->n - j0 < job->panels_per_unit * nr ? job->n - j0 : job->panels_per_unit * nr;
         float *block = job->data + pc / job->kc * job->n_pad * tb_gemm_panel_depth(job->uk, job->kc);
-        pack_b_panels(job->uk, job->b + pc * job->row_stride + j0 * job->col_stride, job->row_stride,
+        pack_b_panels(job->uk, operand_at(job->b, pc * job->row_stride + j0 * job->col_stride), job->row_stride,
                       job->col_stride, cols, kcur, block + j0 * tb_gemm_panel_depth(job->uk, kcur));
     }
 }
 
-tb_status tb_gemm_pack_b(int64_t k, int64_t n, const float *b, int64_t b_row_stride, int64_t b_col_stride, tb_isa isa,
-                         tb_gemm_precision precision, tb_gemm_packed_b **out) {
+/* tb_gemm_pack_b from an f32 or bf16 B (bf16: the table must pack bf16 sources; checked by callers). */
+static tb_status pack_b_from(int64_t k, int64_t n, operand b, int64_t b_row_stride, int64_t b_col_stride, tb_isa isa,
+                             tb_gemm_precision precision, tb_gemm_packed_b **out) {
     *out = NULL;
-    if (k < 1 || n < 1 || !b)
+    if (k < 1 || n < 1 || (!b.f32 && !b.bf16))
         return tb_error_set(TB_ERR_INVALID_ARGUMENT, "gemm_pack_b: needs k, n >= 1 and B (k=%lld n=%lld B=%s)",
-                            (long long)k, (long long)n, b ? "given" : "NULL");
+                            (long long)k, (long long)n, b.f32 || b.bf16 ? "given" : "NULL");
     if ((unsigned)isa >= (unsigned)TB_ISA_COUNT || !tb_isa_supported(isa))
         return tb_error_set(TB_ERR_UNSUPPORTED, "gemm_pack_b: ISA %s is not supported by this CPU",
                             (unsigned)isa < (unsigned)TB_ISA_COUNT ? tb_isa_name(isa) : "(invalid)");
@@ -245,6 +269,18 @@ tb_status tb_gemm_pack_b(int64_t k, int64_t n, const float *b, int64_t b_row_str
         tb_parallel_for(units, 1, pack_b_worker, &job);
     *out = packed;
     return TB_OK;
+}
+
+tb_status tb_gemm_pack_b(int64_t k, int64_t n, const float *b, int64_t b_row_stride, int64_t b_col_stride, tb_isa isa,
+                         tb_gemm_precision precision, tb_gemm_packed_b **out) {
+    return pack_b_from(k, n, (operand){.f32 = b}, b_row_stride, b_col_stride, isa, precision, out);
+}
+
+bool tb_gemm_bf16_operands_supported(tb_isa isa) {
+    if ((unsigned)isa >= (unsigned)TB_ISA_COUNT || !tb_isa_supported(isa))
+        return false;
+    const tb_gemm_microkernel *uk = tb_gemm_microkernel_for_precision(isa, TB_GEMM_PRECISION_BF16);
+    return uk->pack_a_bf16 && uk->pack_b_bf16;
 }
 
 void tb_gemm_packed_b_free(tb_gemm_packed_b *packed) {
@@ -300,8 +336,8 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
         return TB_OK;
     }
 
-    const float *a = d->a + batch_index * d->a_batch_stride;
-    const float *b = d->b + batch_index * d->b_batch_stride;
+    operand a = operand_at((operand){d->a, d->a_bf16}, batch_index * d->a_batch_stride);
+    operand b = operand_at((operand){d->b, d->b_bf16}, batch_index * d->b_batch_stride);
     /* Block sizes: never larger than this cell needs, rounded to whole register tiles; a k that is a
      * little above kc is split into two similar blocks rather than a full one plus a sliver. */
     int64_t rows_total = m1 - m0, cols_total = n1 - n0;
@@ -335,10 +371,10 @@ static tb_status run_cell(gemm_job *job, int64_t batch_index, int64_t m0, int64_
             if (prepacked)
                 b_panels = prepacked->data + pc / kc * prepacked->n_pad * depth + jc * kdepth;
             else
-                pack_b_block(job, b + pc * d->b_row_stride + jc * d->b_col_stride, ncur, kcur, b_packed);
+                pack_b_block(job, operand_at(b, pc * d->b_row_stride + jc * d->b_col_stride), ncur, kcur, b_packed);
             for (int64_t ic = m0; ic < m1; ic += mc) {
                 int64_t mcur = m1 - ic < mc ? m1 - ic : mc;
-                pack_a_block(job, a + ic * d->a_row_stride + pc * d->a_col_stride, mcur, kcur, a_packed);
+                pack_a_block(job, operand_at(a, ic * d->a_row_stride + pc * d->a_col_stride), mcur, kcur, a_packed);
                 for (int64_t jr = 0; jr < ncur; jr += nr) {
                     int cols = (int)(ncur - jr < nr ? ncur - jr : nr);
                     const float *b_panel = b_panels + jr * kdepth;
@@ -368,7 +404,7 @@ enum {
 
 static bool use_small_m(const gemm_job *job) {
     const tb_gemm_desc *d = job->d;
-    return job->uk->small_m && !job->skip_product && d->m <= TB_GEMM_SMALL_M_MAX &&
+    return job->uk->small_m && !job->skip_product && !d->a_bf16 && d->m <= TB_GEMM_SMALL_M_MAX &&
            (d->b_col_stride == 1 || (d->b_row_stride == 1 && d->a_col_stride == 1));
 }
 
@@ -517,7 +553,12 @@ tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa) {
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.d = d;
-    job.uk = tb_gemm_microkernel_for_precision(isa, d->precision);
+    bool bf16_operands = d->a_bf16 != NULL;
+    job.uk = tb_gemm_microkernel_for_precision(isa, bf16_operands ? TB_GEMM_PRECISION_BF16 : d->precision);
+    if (bf16_operands && (!job.uk->pack_a_bf16 || !job.uk->pack_b_bf16))
+        return tb_error_set(TB_ERR_UNSUPPORTED,
+                            "gemm_f32: bf16 operands are not supported by the %s kernel at ISA %s (widen them to f32)",
+                            job.uk->isa_name, tb_isa_name(isa));
     job.blocking = tb_gemm_blocking_for(job.uk);
     job.skip_product = d->k == 0 || d->alpha == 0.0f;
     if (d->b_packed && !job.skip_product) {
@@ -552,7 +593,8 @@ tb_status tb_gemm_f32_isa(const tb_gemm_desc *desc, tb_isa isa) {
     tb_gemm_packed_b *shared_b = NULL;
     if (job.uk->k_tile > 0 && threads > 1 && !d->b_packed && !job.skip_product && job.m_tiles > 1 &&
         (d->batch == 1 || d->b_batch_stride == 0)) {
-        TB_TRY(tb_gemm_pack_b(d->k, d->n, d->b, d->b_row_stride, d->b_col_stride, isa, d->precision, &shared_b));
+        TB_TRY(pack_b_from(d->k, d->n, (operand){d->b, d->b_bf16}, d->b_row_stride, d->b_col_stride, isa,
+                           bf16_operands ? TB_GEMM_PRECISION_BF16 : d->precision, &shared_b));
         shared_desc = *d;
         shared_desc.b_packed = shared_b;
         job.d = &shared_desc;

@@ -91,7 +91,16 @@ typedef struct tb_gemm_desc {
      * of a few rows may read it in place instead. A packed B made for another shape, ISA, precision
      * or blocking is an error (TB_ERR_INVALID_ARGUMENT), never a wrong product. */
     const tb_gemm_packed_b *b_packed;
+    /* optional: bfloat16 operands read in place (bf16 tensors, no widened copy). When a_bf16 and
+     * b_bf16 are given (both, with a and b NULL), A[i, p] = a_bf16[i * a_row_stride + p * a_col_stride]
+     * and B likewise, and the product runs at BF16 precision (exact for such operands). Supported
+     * where tb_gemm_bf16_operands_supported(isa) says so; elsewhere TB_ERR_UNSUPPORTED (widen to f32
+     * and use a / b instead). Not with b_packed. */
+    const uint16_t *a_bf16, *b_bf16;
 } tb_gemm_desc;
+
+/* Whether products at `isa` can take a_bf16 / b_bf16 operands (the bf16 kernel packs bf16 sources). */
+TB_API bool tb_gemm_bf16_operands_supported(tb_isa isa);
 
 /* Packs B (k x n, B[p, j] = b[p * b_row_stride + j * b_col_stride]) for products at `isa` and
  * `precision` (DEFAULT: the process setting now). k, n >= 1. Errors: bad sizes, an unsupported ISA,

@@ -31,6 +31,12 @@ typedef void (*tb_gemm_pack_a_fn)(const float *a, int64_t row_stride, int64_t co
 typedef void (*tb_gemm_pack_b_fn)(const float *b, int64_t row_stride, int64_t col_stride, int cols, int64_t kc,
                                   float *b_panel);
 
+/* The packers above for bfloat16 sources (bf16 tensors read in place, element strides): the panel
+ * they write is the one the f32 packer writes for the widened values. Tables without them (NULL)
+ * cannot run tb_gemm_desc's a_bf16 / b_bf16 operands. */
+typedef void (*tb_gemm_pack_bf16_fn)(const uint16_t *x, int64_t row_stride, int64_t col_stride, int lines, int64_t kc,
+                                     float *panel);
+
 /* The fused epilogue of one C tile (rows x cols at c), applied in order after the last k block:
  *   per-column bias: c[i, j] += bias[j]   per-row bias: c[i, j] += bias[i]   (bias already offset to
  *   the tile), then c = activation(c), then c[i, j] += residual[i * residual_row_stride + j] when
@@ -71,6 +77,7 @@ typedef struct tb_gemm_microkernel {
     tb_gemm_pack_b_fn pack_b;
     tb_gemm_epilogue_fn epilogue;
     tb_gemm_small_m_fn small_m; /* NULL: small products go through the packed path */
+    tb_gemm_pack_bf16_fn pack_a_bf16, pack_b_bf16; /* NULL: no bf16 sources */
     /* Tile kernels (AMX) pad each k block to whole chunks of k_tile (0: no padding); their panels are
      * strided by tb_gemm_panel_depth. cell_begin / cell_end (NULL: none) bracket every run of kernel
      * calls on one thread (one GEMM cell), e.g. loading and releasing the tile configuration. */

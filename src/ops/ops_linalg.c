@@ -5,15 +5,36 @@
 
 #include "ops/ops_internal.h"
 
-/* Stages a float operand as f32, keeping its strides when it already is f32. */
-static tb_status stage(const tb_tensor *x, const char *what, tb_tensor *out) {
+/* Stages a float operand as f32, keeping its strides when it already is f32 (or bf16 where the GEMM
+ * reads bf16 operands in place: keep_bf16). */
+static tb_status stage(const tb_tensor *x, const char *what, bool keep_bf16, tb_tensor *out) {
     memset(out, 0, sizeof *out);
     TB_TRY(tb_ops_require_float(x->dtype, what));
-    if (x->dtype == TB_F32) {
+    if (x->dtype == TB_F32 || (keep_bf16 && x->dtype == TB_BF16)) {
         tb_tensor_retain(x, out);
         return TB_OK;
     }
     return tb_ops_as_f32(x, out);
+}
+
+/* Both operands bf16 and a bf16 kernel that packs bf16 in place: no widened copies are made. */
+static bool bf16_in_place(const tb_tensor *a, const tb_tensor *b) {
+    return a->dtype == TB_BF16 && b->dtype == TB_BF16 && tb_gemm_bf16_operands_supported(tb_isa_active());
+}
+
+/* The operands of `desc` at element offsets of their tensors' data (bf16 bits or f32). */
+static void set_a(tb_gemm_desc *desc, const tb_tensor *a, int64_t offset) {
+    if (a->dtype == TB_BF16)
+        desc->a_bf16 = (const uint16_t *)tb_tensor_data(a) + offset;
+    else
+        desc->a = (const float *)tb_tensor_data(a) + offset;
+}
+
+static void set_b(tb_gemm_desc *desc, const tb_tensor *b, int64_t offset) {
+    if (b->dtype == TB_BF16)
+        desc->b_bf16 = (const uint16_t *)tb_tensor_data(b) + offset;
+    else
+        desc->b = (const float *)tb_tensor_data(b) + offset;
 }
 
 /* ---- matmul ---- */
@@ -54,7 +75,7 @@ static tb_status matmul_f32(const tb_tensor *a, const tb_tensor *b, tb_gemm_prec
     desc.beta = 0.0f;
     desc.c_row_stride = n;
     desc.batch = 1;
-    desc.b = tb_tensor_data(b);
+    set_b(&desc, b, 0);
     desc.b_row_stride = b->strides[b->ndim - 2];
     desc.b_col_stride = b->strides[b->ndim - 1];
 
@@ -64,7 +85,7 @@ static tb_status matmul_f32(const tb_tensor *a, const tb_tensor *b, tb_gemm_prec
         int64_t shape2[2] = {-1, k};
         if (tb_tensor_view(a, 2, shape2, &folded) == TB_OK) {
             desc.m = folded.shape[0];
-            desc.a = tb_tensor_data(&folded);
+            set_a(&desc, &folded, 0);
             desc.a_row_stride = folded.strides[0];
             desc.a_col_stride = folded.strides[1];
             desc.c = tb_tensor_data(result);
@@ -97,8 +118,8 @@ static tb_status matmul_f32(const tb_tensor *a, const tb_tensor *b, tb_gemm_prec
     for (int64_t row = 0; row < it.rows && status == TB_OK; row++) {
         int64_t offsets[3];
         tb_broadcast_iter_offsets(&it, row, offsets);
-        desc.a = (const float *)tb_tensor_data(a) + offsets[0];
-        desc.b = (const float *)tb_tensor_data(b) + offsets[1];
+        set_a(&desc, a, offsets[0]);
+        set_b(&desc, b, offsets[1]);
         desc.c = (float *)tb_tensor_data(result) + offsets[2];
         status = tb_gemm_f32(&desc);
     }
@@ -112,8 +133,9 @@ tb_status tb_op_matmul(const tb_tensor *a_in, const tb_tensor *b_in, tb_tensor *
                             a_in->ndim, b_in->ndim);
     tb_dtype out_dtype = tb_ops_promote(a_in->dtype, b_in->dtype);
     tb_tensor a, b, a2 = {0}, b2 = {0}, result = {0};
-    TB_TRY(stage(a_in, "matmul: input", &a));
-    tb_status status = stage(b_in, "matmul: other", &b);
+    bool in_place = bf16_in_place(a_in, b_in);
+    TB_TRY(stage(a_in, "matmul: input", in_place, &a));
+    tb_status status = stage(b_in, "matmul: other", in_place, &b);
     if (status != TB_OK) {
         tb_tensor_release(&a);
         return status;
@@ -172,9 +194,10 @@ tb_status tb_op_linear(const tb_tensor *x_in, const tb_tensor *weight_in, const 
         return tb_error_set(TB_ERR_SHAPE, "linear: bias must be [%lld]", (long long)n);
     tb_dtype out_dtype = tb_ops_promote(x_in->dtype, weight_in->dtype);
     tb_tensor x = {0}, weight = {0}, bias = {0}, x2 = {0}, residual = {0}, result = {0};
-    tb_status status = stage(x_in, "linear: input", &x);
+    bool in_place = bf16_in_place(x_in, weight_in);
+    tb_status status = stage(x_in, "linear: input", in_place, &x);
     if (status == TB_OK)
-        status = stage(weight_in, "linear: weight", &weight);
+        status = stage(weight_in, "linear: weight", in_place, &weight);
     if (status == TB_OK && bias_in) {
         status = tb_ops_require_float(bias_in->dtype, "linear: bias");
         if (status == TB_OK)
@@ -205,10 +228,10 @@ tb_status tb_op_linear(const tb_tensor *x_in, const tb_tensor *weight_in, const 
         desc.m = x2.shape[0];
         desc.n = n;
         desc.k = k;
-        desc.a = tb_tensor_data(&x2);
+        set_a(&desc, &x2, 0);
         desc.a_row_stride = x2.strides[0];
         desc.a_col_stride = x2.strides[1];
-        desc.b = tb_tensor_data(&weight); /* B[p, j] = W[j, p] */
+        set_b(&desc, &weight, 0); /* B[p, j] = W[j, p] */
         desc.b_row_stride = weight.strides[1];
         desc.b_col_stride = weight.strides[0];
         desc.c = tb_tensor_data(&result);
@@ -221,8 +244,9 @@ tb_status tb_op_linear(const tb_tensor *x_in, const tb_tensor *weight_in, const 
         desc.residual_row_stride = n;
         desc.batch = 1;
         /* a float32 weight is read in place: its packed copy can live on its storage */
-        status = weight.storage == weight_in->storage ? tb_gemm_f32_cached_b(&desc, weight.storage)
-                                                      : tb_gemm_f32(&desc);
+        status = weight.storage == weight_in->storage && weight.dtype == TB_F32
+                     ? tb_gemm_f32_cached_b(&desc, weight.storage)
+                     : tb_gemm_f32(&desc);
     }
     tb_tensor_release(&x);
     tb_tensor_release(&weight);

@@ -29,6 +29,7 @@ typedef struct gemm_case {
     bool broadcast_b; /* b_batch_stride = 0 */
     bool bf16;        /* TB_GEMM_PRECISION_BF16: the reference multiplies bf16-rounded A and B */
     bool prepacked;   /* B packed first with tb_gemm_pack_b (then NaN in B itself for the packed path) */
+    bool bf16_operands; /* A and B handed over as bf16 bits (a_bf16 / b_bf16) of the bf16-rounded values */
     uint64_t seed;
 } gemm_case;
 
@@ -101,6 +102,21 @@ static void run_case(const gemm_case *t, tb_isa isa) {
     d.c_batch_stride = c_size;
     d.residual_batch_stride = r_size;
     d.precision = t->bf16 ? TB_GEMM_PRECISION_BF16 : TB_GEMM_PRECISION_HIGHEST;
+    uint16_t *a16 = NULL, *b16 = NULL;
+    int64_t a_count = a_size * batch + 1, b_count = b_size * (t->broadcast_b ? 1 : batch) + 1;
+    if (t->bf16_operands) {
+        a16 = malloc(sizeof(uint16_t) * (size_t)a_count);
+        b16 = malloc(sizeof(uint16_t) * (size_t)b_count);
+        TB_CHECK(a16 && b16);
+        for (int64_t i = 0; a16 && i < a_count; i++)
+            a16[i] = tb_f32_to_bf16(a[i]);
+        for (int64_t i = 0; b16 && i < b_count; i++)
+            b16[i] = tb_f32_to_bf16(b[i]);
+        d.a = NULL;
+        d.b = NULL;
+        d.a_bf16 = a16;
+        d.b_bf16 = b16;
+    }
     tb_gemm_packed_b *packed = NULL;
     float *b_saved = NULL;
     size_t b_bytes = sizeof(float) * (size_t)(b_size * (t->broadcast_b ? 1 : batch) + 1);
@@ -120,7 +136,17 @@ static void run_case(const gemm_case *t, tb_isa isa) {
     }
     /* isa == TB_ISA_COUNT stands for the library's naive reference, checked like the kernels */
     tb_status status = isa == TB_ISA_COUNT ? tb_gemm_f32_reference(&d) : tb_gemm_f32_isa(&d, isa);
-    TB_CHECK_MSG(status == TB_OK, "%s: %s", isa_label(isa), tb_error_message());
+    free(a16);
+    free(b16);
+    if (t->bf16_operands && isa != TB_ISA_COUNT && !tb_gemm_bf16_operands_supported(isa)) {
+        /* where the kernel cannot read bf16 it says so; C is untouched */
+        TB_CHECK_MSG(status == TB_ERR_UNSUPPORTED && strstr(tb_error_message(), "bf16"), "%s: got %s",
+                     isa_label(isa), tb_status_name(status));
+        TB_CHECK(memcmp(c, c_before, sizeof(float) * (size_t)(c_size * batch + 1)) == 0 || t->beta == 0.0f);
+        status = TB_ERR_UNSUPPORTED; /* nothing to compare */
+    } else {
+        TB_CHECK_MSG(status == TB_OK, "%s: %s", isa_label(isa), tb_error_message());
+    }
     if (b_saved) {
         memcpy(b, b_saved, b_bytes);
         free(b_saved);
@@ -128,8 +154,8 @@ static void run_case(const gemm_case *t, tb_isa isa) {
     tb_gemm_packed_b_free(packed);
     /* the product the kernel must have computed: of the operands rounded to bf16 where the ISA runs the bf16
      * kernel; bf16 precision permits, never demands, so the other ISAs and the reference compute in f32 */
-    bool bf16_ran = t->bf16 && isa != TB_ISA_COUNT &&
-                    tb_gemm_microkernel_for_precision((tb_isa)isa, TB_GEMM_PRECISION_BF16)->packed_bytes == 2;
+    bool bf16_ran = t->bf16_operands || (t->bf16 && isa != TB_ISA_COUNT &&
+                    tb_gemm_microkernel_for_precision((tb_isa)isa, TB_GEMM_PRECISION_BF16)->packed_bytes == 2);
     if (bf16_ran) {
         for (int64_t i = 0; i < a_size * batch + 1; i++)
             a[i] = tb_bf16_to_f32(tb_f32_to_bf16(a[i]));
@@ -264,6 +290,9 @@ static void test_bf16_kernel(uint64_t *seed, const char *expected) {
                 t.residual = s % 2 == 1;
                 t.batch = s == 4 ? 2 : 1;
                 run_case(&t, TB_ISA_AVX512);
+                t.bf16_operands = true; /* the same product from bf16 tensors read in place */
+                t.seed = (*seed)++;
+                run_case(&t, TB_ISA_AVX512);
             }
     }
     tb_gemm_set_blocking_override(0, 0, 0);
@@ -271,9 +300,14 @@ static void test_bf16_kernel(uint64_t *seed, const char *expected) {
     t.bf16 = true;
     t.trans_b = true;
     run_case(&t, TB_ISA_AVX512);
+    t.bf16_operands = true;
+    run_case(&t, TB_ISA_AVX512);
     t = plain(96, 64, 1100, (*seed)++); /* whole tiles, beta 1 read through the tiles, several k blocks */
     t.bf16 = true;
     t.beta = 1.0f;
+    run_case(&t, TB_ISA_AVX512);
+    t.bf16_operands = true;
+    t.trans_a = true;
     run_case(&t, TB_ISA_AVX512);
     for (int variant = 0; variant < 2; variant++) { /* prepacked B in the kernel's layout */
         t = plain(70, 100, 600, (*seed)++);
@@ -618,6 +652,25 @@ int main(void) {
         for_each_isa(&t);
     }
     TB_CHECK(tb_set_num_threads(tb_physical_cores()) == TB_OK);
+    /* bf16 operands at every ISA: read in place where the kernel can, a clear UNSUPPORTED elsewhere,
+     * and the reference reads them too */
+    for (int s = 0; s < 4; s++) {
+        gemm_case t = plain(40 + 9 * s, 50 + 17 * s, 70 + 31 * s, seed++);
+        t.bf16_operands = true;
+        t.trans_a = s & 1;
+        t.trans_b = s >> 1;
+        t.bias_kind = TB_BIAS_PER_COLUMN;
+        t.activation = TB_ACTIVATION_GELU;
+        for_each_isa(&t);
+    }
+    {
+        tb_gemm_desc bad = {.m = 2, .n = 2, .k = 2, .a_bf16 = (const uint16_t[4]){0}, .b = (const float[4]){0},
+                            .c = (float[4]){0}, .c_row_stride = 2, .a_row_stride = 2, .a_col_stride = 1,
+                            .b_row_stride = 2, .b_col_stride = 1, .alpha = 1.0f, .batch = 1};
+        tb_status status = tb_gemm_f32(&bad); /* a bf16 A with an f32 B is refused, never misread */
+        TB_CHECK_MSG(status == TB_ERR_INVALID_ARGUMENT && strstr(tb_error_message(), "bf16"), "got %s",
+                     tb_status_name(status));
+    }
     test_forced_blocking(&seed);
     test_bf16_precision(&seed);
     return tb_test_finish("test_gemm");

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/gemm_internal.h"
+#include "torchburn/dtype.h"
 
 enum { REF_MR = 4, REF_NR = 16 };
 
@@ -138,12 +139,19 @@ float tb_gemm_activation_scalar(tb_activation activation, float x) {
     }
 }
 
+/* Element `index` of an operand given as f32 or as bf16 bits (exactly one of the two set). */
+static double operand_value(const float *f32, const uint16_t *bf16, int64_t index) {
+    return f32 ? (double)f32[index] : (double)tb_bf16_to_f32(bf16[index]);
+}
+
 tb_status tb_gemm_f32_reference(const tb_gemm_desc *desc) {
     TB_TRY(tb_gemm_validate(desc, "gemm_reference"));
     const tb_gemm_desc *d = desc;
     for (int64_t batch = 0; batch < d->batch; batch++) {
         const float *a = d->a ? d->a + batch * d->a_batch_stride : NULL;
         const float *b = d->b ? d->b + batch * d->b_batch_stride : NULL;
+        const uint16_t *a16 = d->a_bf16 ? d->a_bf16 + batch * d->a_batch_stride : NULL;
+        const uint16_t *b16 = d->b_bf16 ? d->b_bf16 + batch * d->b_batch_stride : NULL;
         float *c = d->c + batch * d->c_batch_stride;
         const float *r = d->residual ? d->residual + batch * d->residual_batch_stride : NULL;
         for (int64_t i = 0; i < d->m; i++) {
@@ -151,8 +159,8 @@ tb_status tb_gemm_f32_reference(const tb_gemm_desc *desc) {
                 double sum = 0.0;
                 if (d->alpha != 0.0f)
                     for (int64_t p = 0; p < d->k; p++)
-                        sum += (double)a[i * d->a_row_stride + p * d->a_col_stride] *
-                               (double)b[p * d->b_row_stride + j * d->b_col_stride];
+                        sum += operand_value(a, a16, i * d->a_row_stride + p * d->a_col_stride) *
+                               operand_value(b, b16, p * d->b_row_stride + j * d->b_col_stride);
                 double value = (double)d->alpha * sum;
                 if (d->beta != 0.0f)
                     value += (double)d->beta * (double)c[i * d->c_row_stride + j];

@@ -120,34 +120,59 @@ static void microkernel_amx(int64_t kc, const float *a_panel, const float *b_pan
 }
 
 /* ---- packing: one 16-line x 32-k piece of a chunk at a time ----
- * A "line" is a row of A or a column of B; lines past `lines` and k past kc are zero. Each gatherer
- * yields 16 vectors of 16 pair slots; an A tile wants them indexed by line, a B tile by k pair, so
- * the gatherer whose natural index is the other one is followed by a transpose. */
+ * A "line" is a row of A or a column of B; lines past `lines` and k past kc are zero. The source is
+ * f32 (rounded to bf16 here) or already bf16 (bf16 tensors: copied bit for bit). Each gatherer yields
+ * 16 vectors of 16 pair slots indexed by line; an A tile wants them so, a B tile indexed by k pair,
+ * which a transpose gives. */
 
-/* Lines contiguous in k (line l, k p at x[l * line_stride + p]): v[l] = pair slots q of line l. */
-static void gather_k_contiguous(const float *x, int64_t line_stride, int lines, int64_t k_left, __m512 v[16]) {
+typedef struct source {
+    const char *base;
+    bool bf16;      /* elements are bfloat16 bits (uint16_t), else float */
+    size_t element; /* bytes per element */
+} source;
+
+static inline const char *element_at(const source *x, int64_t index) { return x->base + index * (int64_t)x->element; }
+
+/* Element `index` as bf16 bits. */
+static inline uint16_t bf16_bits_at(const source *x, int64_t index) {
+    const char *p = element_at(x, index);
+    if (x->bf16) {
+        uint16_t bits;
+        memcpy(&bits, p, sizeof bits);
+        return bits;
+    }
+    float value;
+    memcpy(&value, p, sizeof value);
+    return tb_f32_to_bf16(value);
+}
+
+/* Lines contiguous in k (line l, k p at element l * line_stride + p): v[l] = pair slots q of line l. */
+static void gather_k_contiguous(const source *x, int64_t line_stride, int lines, int64_t k_left, __m512 v[16]) {
     int count = k_left < K_CHUNK ? (int)k_left : K_CHUNK;
     __mmask16 lo = mask_first(count), hi = mask_first(count - 16);
+    __mmask32 both = count >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << count) - 1u);
     for (int l = 0; l < 16; l++) {
-        if (l < lines) {
-            const float *src = x + l * line_stride;
-            v[l] = tb_bf16_pairs_of_consecutive(_mm512_maskz_loadu_ps(lo, src), _mm512_maskz_loadu_ps(hi, src + 16));
-        } else {
+        if (l >= lines) {
             v[l] = _mm512_setzero_ps();
+        } else if (x->bf16) {
+            v[l] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(both, element_at(x, l * line_stride)));
+        } else {
+            const float *src = (const float *)element_at(x, l * line_stride);
+            v[l] = tb_bf16_pairs_of_consecutive(_mm512_maskz_loadu_ps(lo, src), _mm512_maskz_loadu_ps(hi, src + 16));
         }
     }
 }
 
 /* Any strides: v[l] = pair slots of line l (indexed like gather_k_contiguous). */
-static void gather_generic(const float *x, int64_t line_stride, int64_t k_stride, int lines, int64_t k_left,
+static void gather_generic(const source *x, int64_t line_stride, int64_t k_stride, int lines, int64_t k_left,
                            __m512 v[16]) {
     alignas(64) uint32_t slots[16][16];
     for (int l = 0; l < 16; l++)
         for (int q = 0; q < 16; q++) {
             bool in = l < lines;
-            float even = in && 2 * q < k_left ? x[l * line_stride + 2 * q * k_stride] : 0.0f;
-            float odd = in && 2 * q + 1 < k_left ? x[l * line_stride + (2 * q + 1) * k_stride] : 0.0f;
-            slots[l][q] = tb_bf16_pair_scalar(even, odd);
+            uint32_t even = in && 2 * q < k_left ? bf16_bits_at(x, l * line_stride + 2 * q * k_stride) : 0;
+            uint32_t odd = in && 2 * q + 1 < k_left ? bf16_bits_at(x, l * line_stride + (2 * q + 1) * k_stride) : 0;
+            slots[l][q] = even | odd << 16;
         }
     for (int l = 0; l < 16; l++)
         v[l] = _mm512_load_ps((const float *)slots[l]);
@@ -155,25 +180,36 @@ static void gather_generic(const float *x, int64_t line_stride, int64_t k_stride
 
 static void store_tile(float *tile, const __m512 v[16]) {
     for (int r = 0; r < 16; r++)
-        _mm512_store_ps(tile + r * 16, v[r]);
+        _mm512_storeu_ps(tile + r * 16, v[r]);
 }
 
-/* Lines contiguous across (line l, k p at x[p * k_stride + l]): both halves of a chunk at once, so
- * each k row is read as one 128-byte run. Tile half h's row q is then pair q of lines 16h..16h+15,
- * which is what a B tile wants (by_line false); an A tile (by_line) gets each half transposed. */
-static void pack_lines_contiguous(const float *x, int64_t k_stride, int lines, int64_t kc, bool by_line,
+/* Pair slots (row_even[t], row_odd[t]) of 16 lines from two k rows (NULL: a k past kc, zeros). */
+static inline __m512 pair_rows(const source *x, const char *even, const char *odd, __mmask16 m) {
+    if (x->bf16) {
+        __m512i e = even ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, even)) : _mm512_setzero_si512();
+        __m512i o = odd ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, odd)) : _mm512_setzero_si512();
+        return _mm512_castsi512_ps(_mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
+    }
+    __m512 zero = _mm512_setzero_ps();
+    return tb_bf16_pairs_of_rows(even ? _mm512_maskz_loadu_ps(m, even) : zero,
+                                 odd ? _mm512_maskz_loadu_ps(m, odd) : zero);
+}
+
+/* Lines contiguous across (line l, k p at element p * k_stride + l): both halves of a chunk at once,
+ * so each k row is read as one run. Tile half h's row q is then pair q of lines 16h..16h+15, which is
+ * what a B tile wants (by_line false); an A tile (by_line) gets each half transposed. */
+static void pack_lines_contiguous(const source *x, int64_t k_stride, int lines, int64_t kc, bool by_line,
                                   float *panel) {
     const __mmask16 m0 = mask_first(lines), m1 = mask_first(lines - 16);
+    const int64_t half = 16 * (int64_t)x->element;
     for (int64_t p0 = 0, t = 0; p0 < kc; p0 += K_CHUNK, t++) {
         __m512 v0[16], v1[16];
         for (int q = 0; q < 16; q++) {
             int64_t k_even = p0 + 2 * q, k_odd = k_even + 1;
-            const float *even = x + k_even * k_stride, *odd = x + k_odd * k_stride;
-            __m512 zero = _mm512_setzero_ps();
-            v0[q] = tb_bf16_pairs_of_rows(k_even < kc ? _mm512_maskz_loadu_ps(m0, even) : zero,
-                                          k_odd < kc ? _mm512_maskz_loadu_ps(m0, odd) : zero);
-            v1[q] = tb_bf16_pairs_of_rows(k_even < kc ? _mm512_maskz_loadu_ps(m1, even + 16) : zero,
-                                          k_odd < kc ? _mm512_maskz_loadu_ps(m1, odd + 16) : zero);
+            const char *even = k_even < kc ? element_at(x, k_even * k_stride) : NULL;
+            const char *odd = k_odd < kc ? element_at(x, k_odd * k_stride) : NULL;
+            v0[q] = pair_rows(x, even, odd, m0);
+            v1[q] = pair_rows(x, even ? even + half : NULL, odd ? odd + half : NULL, m1);
         }
         if (by_line) {
             tb_transpose16_avx512(v0);
@@ -185,26 +221,27 @@ static void pack_lines_contiguous(const float *x, int64_t k_stride, int lines, i
 }
 
 /* Packs `lines` (<= 32) lines x kc of x into a panel; by_line: tile rows are lines (A), else k pairs (B).
- * Line l, k p is at x[l * line_stride + p * k_stride]. */
-static void pack_panel(const float *x, int64_t line_stride, int64_t k_stride, int lines, int64_t kc, bool by_line,
+ * Line l, k p is element l * line_stride + p * k_stride. */
+static void pack_panel(source x, int64_t line_stride, int64_t k_stride, int lines, int64_t kc, bool by_line,
                        float *panel) {
     if (line_stride == 1 && k_stride != 1) {
-        pack_lines_contiguous(x, k_stride, lines, kc, by_line, panel);
+        pack_lines_contiguous(&x, k_stride, lines, kc, by_line, panel);
         return;
     }
     for (int64_t p0 = 0, t = 0; p0 < kc; p0 += K_CHUNK, t++) {
         for (int half = 0; half < 2; half++) {
             int here = lines - 16 * half;
             here = here < 0 ? 0 : here > 16 ? 16 : here;
-            const float *src = x + 16 * half * line_stride + p0 * k_stride;
+            source piece = x;
+            piece.base = element_at(&x, 16 * half * line_stride + p0 * k_stride);
             __m512 v[16];
             if (here == 0) {
                 for (int r = 0; r < 16; r++)
                     v[r] = _mm512_setzero_ps();
             } else if (k_stride == 1) {
-                gather_k_contiguous(src, line_stride, here, kc - p0, v);
+                gather_k_contiguous(&piece, line_stride, here, kc - p0, v);
             } else {
-                gather_generic(src, line_stride, k_stride, here, kc - p0, v);
+                gather_generic(&piece, line_stride, k_stride, here, kc - p0, v);
             }
             if (!by_line) /* both gatherers index by line */
                 tb_transpose16_avx512(v);
@@ -213,12 +250,25 @@ static void pack_panel(const float *x, int64_t line_stride, int64_t k_stride, in
     }
 }
 
+static source f32_source(const float *x) { return (source){(const char *)x, false, sizeof(float)}; }
+static source bf16_source(const uint16_t *x) { return (source){(const char *)x, true, sizeof(uint16_t)}; }
+
 static void pack_a_amx(const float *a, int64_t row_stride, int64_t col_stride, int rows, int64_t kc, float *a_panel) {
-    pack_panel(a, row_stride, col_stride, rows, kc, true, a_panel);
+    pack_panel(f32_source(a), row_stride, col_stride, rows, kc, true, a_panel);
 }
 
 static void pack_b_amx(const float *b, int64_t row_stride, int64_t col_stride, int cols, int64_t kc, float *b_panel) {
-    pack_panel(b, col_stride, row_stride, cols, kc, false, b_panel);
+    pack_panel(f32_source(b), col_stride, row_stride, cols, kc, false, b_panel);
+}
+
+static void pack_a_amx_bf16(const uint16_t *a, int64_t row_stride, int64_t col_stride, int rows, int64_t kc,
+                            float *a_panel) {
+    pack_panel(bf16_source(a), row_stride, col_stride, rows, kc, true, a_panel);
+}
+
+static void pack_b_amx_bf16(const uint16_t *b, int64_t row_stride, int64_t col_stride, int cols, int64_t kc,
+                            float *b_panel) {
+    pack_panel(bf16_source(b), col_stride, row_stride, cols, kc, false, b_panel);
 }
 
 const tb_gemm_microkernel tb_gemm_microkernel_amx_bf16 = {
@@ -233,6 +283,8 @@ const tb_gemm_microkernel tb_gemm_microkernel_amx_bf16 = {
     .kernel = microkernel_amx,
     .pack_a = pack_a_amx,
     .pack_b = pack_b_amx,
+    .pack_a_bf16 = pack_a_amx_bf16,
+    .pack_b_bf16 = pack_b_amx_bf16,
     .epilogue = tb_gemm_epilogue_avx512,
     .small_m = NULL, /* few rows go through the packed path too, so every product rounds alike */
     .cell_begin = amx_cell_begin,
