@@ -408,8 +408,20 @@ def tensordot(a: Tensor, b: Tensor, dims: Any = 2, out: Any = None) -> Tensor:
         dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     else:
         dims_a, dims_b = [list(d) if isinstance(d, (list, tuple)) else [d] for d in dims]
+    if len(dims_a) != len(dims_b):
+        raise RuntimeError(f"tensordot: both dimension lists should have the same length, got {len(dims_a)} "
+                           f"and {len(dims_b)}")
     dims_a = [d % a.ndim for d in dims_a]
     dims_b = [d % b.ndim for d in dims_b]
+    for da, db in zip(dims_a, dims_b):
+        # a contracted size-1 dimension broadcasts against the other side: that side is summed first
+        if b.shape[db] == 1 and a.shape[da] != 1:
+            a = a.sum(da, keepdim=True)
+        elif a.shape[da] == 1 and b.shape[db] != 1:
+            b = b.sum(db, keepdim=True)
+        elif a.shape[da] != b.shape[db]:
+            raise RuntimeError(f"tensordot: contracted dimensions need to match, but first has size {a.shape[da]} "
+                               f"in dim {da} and second has size {b.shape[db]} in dim {db}")
     free_a = [d for d in range(a.ndim) if d not in dims_a]
     free_b = [d for d in range(b.ndim) if d not in dims_b]
     k = 1

@@ -750,7 +750,8 @@ def nonzero(input: Tensor, *, as_tuple: _py_bool = False) -> Any:
     coords = _C._tt_nonzero(input)
     if as_tuple:
         if input.ndim == 0:
-            return (coords.reshape(-1),) if coords.numel() else (_C._tt_full((0,), 0, int64),)
+            # a 0-dim input has no coordinate columns: one index 0 per hit (torch gives tensor([0]) or tensor([]))
+            return (_C._tt_full((coords.shape[0],), 0, int64),)
         return tuple(coords.select(1, d) for d in range(input.ndim))
     return coords
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any, List
 
+from torchburn import _C
+
 PRECISION = 4
 THRESHOLD = 1000
 EDGEITEMS = 3
@@ -103,10 +105,15 @@ def tensor_repr(t: Any) -> str:
     numel = len(flat)
     summarize = numel > THRESHOLD
     suffixes = []
+    default = _C._tt_get_default_dtype()
     if numel == 0:
-        body = "[]" if len(shape) <= 1 else "[]"
-        if len(shape) > 1 or dtype not in (_types.float32, _types.int64, _types.bool_):
+        # as torch prints it: the shape unless it is (0,); the dtype unless it is the default float
+        # dtype (with no elements, int64 or bool cannot be read off the values)
+        body = "[]"
+        if len(shape) != 1:
             suffixes.append(f"size={tuple(shape)}")
+        if dtype is not default:
+            suffixes.append(f"dtype={dtype!r}")
     else:
         shown = _summary_values(flat, shape) if summarize else flat
         if dtype is _types.bool_:
@@ -119,7 +126,7 @@ def tensor_repr(t: Any) -> str:
         finite = [v for v in shown if not (isinstance(v, float) and not math.isfinite(v))]
         width = max(len(fmt(v)) for v in (finite or shown))
         body = _nested(flat, shape, fmt, width, len("tensor("), summarize)
-    if dtype not in (_types.float32, _types.int64, _types.bool_):
+    if numel and dtype not in (default, _types.int64, _types.bool_):
         suffixes.append(f"dtype={dtype!r}")
     if t.grad_fn is not None:
         suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")

@@ -318,6 +318,16 @@ def test_indexing(index):
     check_op(INDEXING[index], [(4, 5)], "float32", grad=index not in (23, 24, 25))
 
 
+def test_nonzero_of_0_dim_tensors():
+    for value in (2.0, 0.0):
+        for as_tuple in (False, True):
+            expected = torch.nonzero(torch.tensor(value), as_tuple=as_tuple)
+            actual = tt.nonzero(tt.tensor(value), as_tuple=as_tuple)
+            for e, a in zip(expected if as_tuple else [expected], actual if as_tuple else [actual]):
+                assert tuple(a.shape) == tuple(e.shape) and repr(a.dtype) == str(e.dtype), (value, as_tuple, a, e)
+                assert a.tolist() == e.tolist()
+
+
 def test_index_errors():
     check_op(lambda m, x: x[0][4], [(4, 5)], "float32")
     check_op(lambda m, x: x[0][0, 0, 0], [(4, 5)], "float32")
@@ -402,8 +412,19 @@ def test_repr_matches_torch():
              lambda m: m.zeros(2, 2, 2), lambda m: m.tensor([1.0], requires_grad=True),
              lambda m: m.tensor([1.0], requires_grad=True) * 2, lambda m: m.tensor([float("nan"), float("inf"), 1.0]),
              lambda m: m.tensor([123456.0, 1.0]), lambda m: m.arange(12.).reshape(3, 4)]
+    # empty tensors: the shape unless it is (0,), the dtype unless it is the default float dtype
+    cases += [(lambda d, shape: lambda m: m.zeros(shape, dtype=getattr(m, d)))(d, shape)
+              for d in ("float32", "float64", "int64", "bool", "int8") for shape in ((0,), (0, 3), (2, 0, 1))]
     for make in cases:
         assert repr(make(tt)) == repr(make(torch)), repr(make(torch))
+    try:
+        torch.set_default_dtype(torch.float64)
+        tt.set_default_dtype(tt.float64)
+        for make in cases:
+            assert repr(make(tt)) == repr(make(torch)), repr(make(torch))
+    finally:
+        torch.set_default_dtype(torch.float32)
+        tt.set_default_dtype(tt.float32)
 
 
 def test_item_tolist_numpy():

@@ -4,7 +4,17 @@ For every OpInfo whose function turbo_torch has (same name), every float32 CPU s
 through torch and through turbo_torch; outputs must match with torch.testing's float32 tolerances,
 and where the OpInfo supports autograd, so must the gradients of every floating input. The ops
 that do not pass yet are listed, one per line with the reason, in opinfo_xfail.txt: the test fails
-when an unlisted op fails AND when a listed op starts passing (so the list only shrinks)."""
+when an unlisted op fails AND when a listed op starts passing (so the list only shrinks).
+
+Rounding: a float32 sum (a matmul's dot products, a reduction, a backward's accumulated gradient)
+depends on the order of its additions, and that order differs between our kernels and torch's, and
+between CPUs for torch itself (MKL/oneDNN pick kernels per microarchitecture). Where the partial
+sums are large and the result is near zero, both orders can be a few float32 ulps of the partial sums
+away from the exact value, beyond assert_close's atol. So a value that misses torch's result is judged
+against the exact answer instead: the same op evaluated by torch in float64 on the same inputs. It
+passes when it is within the float32 tolerance of that answer widened by the error torch's own
+float32 result shows on that tensor — no less accurate than torch. A wrong result is far from both
+and still fails. Each op's samples are drawn from a fixed seed so that a failure reproduces."""
 from __future__ import annotations
 
 import pathlib
@@ -63,23 +73,67 @@ def flat_tensors(value, kind):
     return []
 
 
-def compare(expected, actual, values=True):
+def compare(expected, actual, values=True, exact=None):
     e = flat_tensors(expected, torch.Tensor)
     a = flat_tensors(actual, tt.Tensor)
     if not e and not isinstance(expected, (list, tuple)):
         assert expected == actual or (expected != expected and actual != actual), (expected, actual)
         return
     assert len(e) == len(a), f"{len(a)} tensors, torch gives {len(e)}"
-    for x, y in zip(e, a):
+    exacts = flat_tensors(exact, torch.Tensor) if exact is not None else []
+    if len(exacts) != len(e):
+        exacts = [None] * len(e)
+    for x, y, z in zip(e, a, exacts):
         assert tuple(x.shape) == tuple(y.shape), f"shape {tuple(y.shape)} vs torch {tuple(x.shape)}"
         assert str(x.dtype) == repr(y.dtype), f"dtype {y.dtype} vs torch {x.dtype}"
         if not values:
             continue
         ours = torch.tensor(y.detach().tolist(), dtype=x.dtype).reshape(x.shape) if y.numel() else x.new_empty(x.shape)
-        torch.testing.assert_close(ours, x.detach(), equal_nan=True)
+        assert_close_or_as_exact(ours, x.detach(), z)
+
+
+def as_float64(value):
+    """The same arguments with every float32 tensor in float64 (a leaf that keeps requires_grad)."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype != torch.float32:
+            return value
+        return value.detach().double().requires_grad_(value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return type(value)(as_float64(v) for v in value)
+    if isinstance(value, dict):
+        return {k: as_float64(v) for k, v in value.items()}
+    return value
+
+
+def assert_close_or_as_exact(ours, theirs, exact, rtol=None, atol=None):
+    """ours must match torch's float32 result, or be as close to the float64 result as torch's is."""
+    try:
+        torch.testing.assert_close(ours, theirs, equal_nan=True, rtol=rtol, atol=atol)
+        return
+    except AssertionError:
+        if exact is None or not ours.dtype.is_floating_point or exact.shape != ours.shape:
+            raise
+    if rtol is None:
+        rtol, atol = 1.3e-6, 1e-5  # torch.testing's float32 defaults
+    exact = exact.detach().double()
+    finite = torch.isfinite(exact)
+    torch_error = (theirs.double() - exact).abs()[finite]
+    slack = 2.0 * torch_error.max().item() if torch_error.numel() else 0.0
+    torch.testing.assert_close(ours.double(), exact, equal_nan=True, rtol=rtol, atol=atol + slack,
+                               msg=lambda m: f"{m}\n(not as close to the float64 result as torch's float32 is, "
+                                             f"whose largest error there is {slack / 2:.3g})")
+
+
+def values_in_float64(op, args, kwargs):
+    """The op's outputs evaluated by torch in float64, or None where it has no float64 form."""
+    try:
+        return op.op(*as_float64(args), **as_float64(kwargs))
+    except Exception:  # noqa: BLE001 - no float64 oracle for this sample: the float32 comparison stands alone
+        return None
 
 
 def run_op(op, turbo_fn) -> None:
+    torch.manual_seed(0)
     samples = op.sample_inputs("cpu", torch.float32, requires_grad=op.supports_autograd)
     for count, sample in enumerate(samples):
         if count >= MAX_SAMPLES:
@@ -88,7 +142,12 @@ def run_op(op, turbo_fn) -> None:
         expected = op.op(*args, **sample.kwargs)
         ours_args = to_tt(args)
         actual = turbo_fn(*ours_args, **to_tt(sample.kwargs))
-        compare(expected, actual, values=op.name not in RANDOM_OPS)
+        try:
+            compare(expected, actual, values=op.name not in RANDOM_OPS)
+        except AssertionError:
+            if op.name in RANDOM_OPS:
+                raise
+            compare(expected, actual, exact=values_in_float64(op, args, sample.kwargs))
         if not op.supports_autograd or op.name in RANDOM_OPS:
             continue
         inputs_t = [t for t in flat_tensors(list(args), torch.Tensor) if t.requires_grad]
@@ -102,7 +161,8 @@ def run_op(op, turbo_fn) -> None:
         grads_t = torch.autograd.grad(outs_t, inputs_t, seeds, allow_unused=True)
         grads_o = tt.autograd.grad(outs_o, inputs_o, [tt.ones(*o.shape, dtype=o.dtype) for o in outs_o],
                                    allow_unused=True)
-        for gt, go in zip(grads_t, grads_o):
+        exact_grads = None
+        for index, (gt, go) in enumerate(zip(grads_t, grads_o)):
             if gt is None:
                 continue
             if go is None:
@@ -110,7 +170,23 @@ def run_op(op, turbo_fn) -> None:
             else:
                 go_values = torch.tensor(go.tolist(), dtype=gt.dtype).reshape(gt.shape) if go.numel() else gt.new_empty(gt.shape)
             # our backward formulas evaluate in double: compared at 1e-4 relative with torch's float32 gradients
-            torch.testing.assert_close(go_values, gt, equal_nan=True, rtol=1e-4, atol=1e-5)
+            try:
+                torch.testing.assert_close(go_values, gt, equal_nan=True, rtol=1e-4, atol=1e-5)
+            except AssertionError:
+                if exact_grads is None:
+                    exact_grads = gradients_in_float64(op, args, sample.kwargs, len(inputs_t))
+                assert_close_or_as_exact(go_values, gt, exact_grads[index], rtol=1e-4, atol=1e-5)
+
+
+def gradients_in_float64(op, args, kwargs, count):
+    """The gradients torch computes in float64 for the same sample and seeds (None each where it cannot)."""
+    try:
+        args64 = as_float64(args)
+        outputs = [o for o in flat_tensors(op.op(*args64, **as_float64(kwargs)), torch.Tensor) if o.requires_grad]
+        inputs = [t for t in flat_tensors(list(args64), torch.Tensor) if t.requires_grad]
+        return list(torch.autograd.grad(outputs, inputs, [torch.ones_like(o) for o in outputs], allow_unused=True))
+    except Exception:  # noqa: BLE001 - no float64 oracle: the float32 comparison stands alone
+        return [None] * count
 
 
 def claimed_ops():
