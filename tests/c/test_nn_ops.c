@@ -25,6 +25,8 @@ static const geometry_case cases[] = {
      * strides (gathered: a patchify 4x4/4, stride 3 with dilation), a 1x1/2 projection */
     {3, 20, 40, 7, 7, 2, 2, 3, 3, 1, 1},  {2, 9, 37, 3, 3, 2, 2, 1, 1, 1, 1},  {2, 16, 48, 4, 4, 4, 4, 0, 0, 1, 1},
     {1, 10, 50, 3, 3, 1, 3, 1, 2, 1, 2},  {1, 6, 33, 1, 1, 2, 2, 0, 0, 1, 1},
+    /* rows of several 16-lane chunks at stride 2 and 3 (AVX-512: 32 columns loaded per chunk, gathers) */
+    {2, 8, 130, 3, 3, 2, 2, 1, 1, 1, 1},  {1, 5, 200, 3, 5, 1, 3, 1, 2, 1, 1},
 };
 enum { CASE_COUNT = sizeof cases / sizeof cases[0] };
 
@@ -63,8 +65,8 @@ static void test_im2col_panels(void) {
             if (!tb_isa_supported(isas[ii]))
                 continue;
             const tb_nn_kernels *kernels = tb_nn_kernels_for(isas[ii]);
-            static const int widths[] = {16, 32};
-            for (int wi = 0; wi < 2; wi++) {
+            static const int widths[] = {16, 32, 64};
+            for (int wi = 0; wi < 3; wi++) {
                 int nr = widths[wi];
                 float *panel = tb_test_guarded_alloc(k * nr + TB_PANEL_SLACK);
                 for (int64_t j0 = 0; j0 < spatial; j0 += 5) {

@@ -1,8 +1,7 @@
-/* AVX-512 convolution helpers (contracts in kernels/nn_kernels.h): im2col into a GEMM B panel and the
- * direct single-channel plane convolution, for stride-1 rows. Window borders become lane masks:
- * masked-off lanes of a masked load are neither read nor faulted, so a row segment that hangs over
- * the padding loads its valid part in one instruction and zeros elsewhere. Other strides use the
- * reference. */
+/* AVX-512 convolution helpers (contracts in kernels/nn_kernels.h): im2col into a GEMM B panel at any
+ * stride and the direct single-channel plane convolution for stride-1 rows. Window borders become lane
+ * masks: masked-off lanes of a masked load or gather are neither read nor faulted, so a row segment
+ * that hangs over the padding loads its valid part in one instruction and zeros elsewhere. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -10,34 +9,57 @@
 #include "kernels/nn_kernels.h"
 #include "kernels/x86_avx512/lanes_avx512.h"
 
-enum { PANEL_TABLE = 256 }; /* entries of the per-panel precomputed tables below */
+/* entries of the per-panel precomputed tables below */
+enum { PANEL_TABLE = 256 };
+
+/* Stride 2: output lane l reads column 2l of the 32 loaded as lo (lanes 0-15) and hi (16-31). */
+static inline __m512 even_lanes(__m512 lo, __m512 hi) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(lo, even, hi);
+}
 
 void tb_im2col_panel_avx512(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel) {
     tb_panel_segment segments[64];
-    int count = g->stride_w == 1 && nr <= 64 ? tb_panel_segments(g, j0, cols, segments) : 0;
+    int64_t stride = g->stride_w;
+    /* the gather's 32-bit column indices must hold every column a chunk can name */
+    int64_t reach = g->in_w + g->pad_left + g->kernel_w * g->dilation_w + 64 * stride;
+    int count = nr <= 64 && reach <= INT32_MAX / 2 ? tb_panel_segments(g, j0, cols, segments) : 0;
     if (count == 0 || g->kernel_h * count > PANEL_TABLE || g->kernel_w * count > PANEL_TABLE) {
         tb_im2col_panel_ref(g, x, j0, cols, nr, panel);
         return;
     }
     /* Everything that does not depend on the channel, computed once per panel: the input row of each
      * (kh, segment) (-1 outside the image), and the first input column and the lane masks of each
-     * (kw, segment) chunk of 16. */
+     * (kw, segment) chunk of 16 outputs. Stride 1 reads the chunk's 16 columns; stride 2 its 32 columns
+     * (valid: the low 16, valid_high: the high 16) and keeps the even ones; larger strides gather
+     * column first + l * stride into lane l (valid: the lanes inside the row). */
     int64_t row_offset[PANEL_TABLE], start[PANEL_TABLE];
-    __mmask16 valid[PANEL_TABLE][4], store[64][4];
+    __mmask16 valid[PANEL_TABLE][4], valid_high[PANEL_TABLE][4];
+    const __m512i lane_columns = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                    _mm512_set1_epi32((int)stride));
     for (int s = 0; s < count; s++) {
-        for (int q = 0; q < 4; q++) {
-            int n = segments[s].len - 16 * q;
-            store[s][q] = n <= 0 ? 0 : n >= 16 ? (__mmask16)0xffff : (__mmask16)(((uint32_t)1 << n) - 1);
-        }
         for (int64_t kh = 0; kh < g->kernel_h; kh++) {
             int64_t ih = segments[s].oh * g->stride_h - g->pad_top + kh * g->dilation_h;
             row_offset[kh * count + s] = ih >= 0 && ih < g->in_h ? ih * g->in_w : -1;
         }
         for (int64_t kw = 0; kw < g->kernel_w; kw++) {
-            int64_t first = kw * g->dilation_w - g->pad_left + segments[s].ow0;
-            start[kw * count + s] = first;
-            for (int q = 0; q < 4; q++)
-                valid[kw * count + s][q] = tb_lanes_avx512(-(first + 16 * q), g->in_w - (first + 16 * q)) & store[s][q];
+            int64_t e = kw * count + s, first = kw * g->dilation_w - g->pad_left + segments[s].ow0 * stride;
+            start[e] = first;
+            for (int q = 0; q < 4; q++) {
+                int n = segments[s].len - 16 * q; /* outputs of this chunk (lanes past it are not read) */
+                int64_t col = first + 16 * q * stride;
+                __mmask16 store = tb_lanes_avx512(0, n);
+                if (stride == 1) {
+                    valid[e][q] = tb_lanes_avx512(-col, g->in_w - col) & store;
+                } else if (stride == 2) {
+                    valid[e][q] = tb_lanes_avx512(-col, g->in_w - col) & tb_lanes_avx512(0, 2 * n);
+                    valid_high[e][q] = tb_lanes_avx512(-(col + 16), g->in_w - (col + 16)) & tb_lanes_avx512(0, 2 * n - 16);
+                } else {
+                    __m512i column = _mm512_add_epi32(_mm512_set1_epi32((int)col), lane_columns);
+                    valid[e][q] = _mm512_cmpge_epi32_mask(column, _mm512_setzero_si512()) &
+                                  _mm512_cmplt_epi32_mask(column, _mm512_set1_epi32((int)g->in_w)) & store;
+                }
+            }
         }
     }
     int64_t plane = g->in_h * g->in_w;
@@ -45,6 +67,8 @@ void tb_im2col_panel_avx512(const tb_window_geometry *g, const float *x, int64_t
     float *dst = panel;
     for (int64_t c = 0; c < g->channels; c++) {
         const float *base = x + c * plane;
+        if (c + TB_IM2COL_PREFETCH_CHANNELS < g->channels)
+            tb_im2col_prefetch_rows(g, base + TB_IM2COL_PREFETCH_CHANNELS * plane, segments, count, row_offset, start);
         for (int64_t kh = 0; kh < g->kernel_h; kh++) {
             const int64_t *rows = row_offset + kh * count;
             for (int64_t kw = 0; kw < g->kernel_w; kw++, dst += nr) {
@@ -60,11 +84,22 @@ void tb_im2col_panel_avx512(const tb_window_geometry *g, const float *x, int64_t
                         continue;
                     }
                     const float *row = base + rows[s];
-                    int64_t first = start[kw * count + s];
-                    for (int q = 0; q < chunks; q++)
-                        _mm512_storeu_ps(d + 16 * q,
-                                         _mm512_maskz_loadu_ps(valid[kw * count + s][q],
-                                                               tb_float_at(row, first + 16 * q)));
+                    int64_t e = kw * count + s, first = start[e];
+                    for (int q = 0; q < chunks; q++) {
+                        const float *at = tb_float_at(row, first + 16 * q * stride);
+                        __m512 v;
+                        if (stride == 1)
+                            v = _mm512_maskz_loadu_ps(valid[e][q], at);
+                        else if (stride == 2)
+                            v = even_lanes(_mm512_maskz_loadu_ps(valid[e][q], at),
+                                           _mm512_maskz_loadu_ps(valid_high[e][q], tb_float_at(at, 16)));
+                        else
+                            v = _mm512_mask_i32gather_ps(zero, valid[e][q],
+                                                         _mm512_add_epi32(_mm512_set1_epi32((int)(first + 16 * q * stride)),
+                                                                          lane_columns),
+                                                         row, 4);
+                        _mm512_storeu_ps(d + 16 * q, v);
+                    }
                 }
                 for (int t = cols; t < nr; t++)
                     dst[t] = 0.0f;
