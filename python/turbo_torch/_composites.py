@@ -474,7 +474,7 @@ def vdot(input: Tensor, other: Tensor) -> Tensor:
 def unique_consecutive(input: Tensor, return_inverse: _py_bool = False, return_counts: _py_bool = False,
                        dim: Any = None) -> Any:
     if dim is not None:
-        raise NotImplementedError("turbo_torch: unique_consecutive(dim=...) is not supported yet")
+        return _unique_consecutive_slices(input, return_inverse, return_counts, dim)
     values = input.reshape(-1).tolist()
     out, inverse, counts = [], [], []
     for v in values:
@@ -486,6 +486,31 @@ def unique_consecutive(input: Tensor, return_inverse: _py_bool = False, return_c
     result = [_C._tt_from_values(out, (len(out),), input.dtype)]
     if return_inverse:
         result.append(_C._tt_from_values(inverse, tuple(input.shape), _types.int64))
+    if return_counts:
+        result.append(_C._tt_from_values(counts, (len(counts),), _types.int64))
+    return result[0] if len(result) == 1 else tuple(result)
+
+
+def _unique_consecutive_slices(input: Tensor, return_inverse: _py_bool, return_counts: _py_bool, dim: _py_int) -> Any:
+    """unique_consecutive along dim: runs of equal slices (all elements equal; NaN equals nothing) collapse."""
+    if input.ndim == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    if not -input.ndim <= dim < input.ndim:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-input.ndim}, {input.ndim - 1}], "
+                         f"but got {dim})")
+    dim %= input.ndim
+    n = input.shape[dim]
+    rows = F.movedim(input, dim, 0).reshape(n, -1).tolist() if n else []
+    kept, inverse, counts = [], [], []
+    for i, row in enumerate(rows):
+        if not kept or rows[kept[-1]] != row:
+            kept.append(i)
+            counts.append(0)
+        counts[-1] += 1
+        inverse.append(len(kept) - 1)
+    result = [_m().index_select(input, dim, _C._tt_from_values(kept, (len(kept),), _types.int64))]
+    if return_inverse:
+        result.append(_C._tt_from_values(inverse, (n,), _types.int64))
     if return_counts:
         result.append(_C._tt_from_values(counts, (len(counts),), _types.int64))
     return result[0] if len(result) == 1 else tuple(result)
@@ -539,26 +564,44 @@ def kthvalue(input: Tensor, k: _py_int, dim: _py_int = -1, keepdim: _py_bool = F
     return _order_statistic(input, dim, keepdim, lambda n: k - 1, "kthvalue")
 
 
+def _index_mask(input: Tensor, dim: _py_int, index: Tensor) -> Tensor:
+    """A bool tensor broadcastable to input: True at the positions `index` names along dim."""
+    if input.ndim == 0:
+        if bool((index.reshape(-1) != 0).any()) if index.numel() else False:
+            raise IndexError("index out of range for a 0-dim tensor (only 0 is valid)")
+        return _C._tt_full((), index.numel() > 0, _types.bool_)
+    size = input.shape[dim]
+    flags = _C._tt_scatter(_C._tt_full((size,), 0, _types.int64), 0, index.reshape(-1).contiguous(), 1, 0)
+    view = [1] * input.ndim
+    view[dim] = size
+    return (flags != 0).reshape(view)
+
+
 def index_copy(input: Tensor, dim: _py_int, index: Tensor, source: Tensor) -> Tensor:
     dim %= builtins.max(input.ndim, 1)
+    if input.ndim == 0:
+        # one element: index [0] takes source's value (a where, so that each side gets its gradient)
+        return F.where(_index_mask(input, dim, index), source.reshape(()), input)
     shape = [1] * input.ndim
-    if input.ndim:
-        shape[dim] = index.numel()
-    full = index.reshape(shape if input.ndim else []).expand(*source.shape).contiguous() if input.ndim else index
+    shape[dim] = index.numel()
+    full = index.reshape(shape).expand(*source.shape).contiguous()
     return _C._tt_scatter(input, dim, full, source, 0)
 
 
 def index_fill(input: Tensor, dim: _py_int, index: Tensor, value: Any) -> Tensor:
     dim %= builtins.max(input.ndim, 1)
     if isinstance(value, Tensor):
-        value = value.item()
+        if value.ndim != 0:
+            raise RuntimeError(f"index_fill_(): Expected 0-dim value tensor, but got a tensor with {value.ndim} dimension(s).")
+        # a tensor value keeps its gradient: the sum of the gradient at the filled positions
+        return F.where(_index_mask(input, dim, index), value.to(input.dtype), input)
+    if input.ndim == 0:
+        return F.where(_index_mask(input, dim, index), _C._tt_full((), value, input.dtype), input)
     shape = list(input.shape)
-    if input.ndim:
-        shape[dim] = index.numel()
+    shape[dim] = index.numel()
     view = [1] * input.ndim
-    if input.ndim:
-        view[dim] = index.numel()
-    full = index.reshape(view).expand(*shape).contiguous() if input.ndim else index.reshape(())
+    view[dim] = index.numel()
+    full = index.reshape(view).expand(*shape).contiguous()
     return _C._tt_scatter(input, dim, full, value, 0)
 
 
@@ -591,12 +634,45 @@ def view(input: Tensor, *shape: Any) -> Tensor:
 
 
 def cov(input: Tensor, *, correction: _py_int = 1, fweights: Any = None, aweights: Any = None) -> Tensor:
-    if fweights is not None or aweights is not None:
-        raise NotImplementedError("turbo_torch: cov with fweights/aweights is not supported yet")
+    """torch.cov: rows are variables, columns observations; fweights (integer repeat counts) and aweights
+    (float importance) weight the observations, with NumPy's normalisation."""
+    if input.ndim > 2:
+        raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an input with {input.ndim} dimensions")
     x = input.reshape(1, -1) if input.ndim < 2 else input
     n = x.shape[1]
-    centered = x - F.mean(x, 1, keepdim=True)
-    c = F.matmul(centered, centered.t()) / builtins.max(n - correction, 0)
+    weights = None
+    for name, w in (("fweights", fweights), ("aweights", aweights)):
+        if w is None:
+            continue
+        if w.ndim > 1:
+            raise RuntimeError(f"cov(): expected {name} to have one or fewer dimensions but got {name} with {w.ndim} dimensions")
+        if w.numel() != n:
+            raise RuntimeError(f"cov(): expected {name} to have the same numel as there are observations in the "
+                               f"input but got {w.numel()} != {n}")
+        if name == "fweights" and w.dtype.is_floating_point:
+            raise RuntimeError("cov(): expected fweights to have integral dtype but got fweights with "
+                               f"{repr(w.dtype).replace('turbo_torch.', '')} dtype")
+        if name == "aweights" and not w.dtype.is_floating_point:
+            raise RuntimeError("cov(): expected aweights to have floating point dtype but got aweights with "
+                               f"{repr(w.dtype).replace('turbo_torch.', '')} dtype")
+        if bool((w < 0).any()):
+            raise RuntimeError(f"cov(): {name} cannot be negative")
+        w = w.reshape(-1)
+        weights = w if weights is None else weights * w
+    if weights is None:
+        centered = x - F.mean(x, 1, keepdim=True)
+        c = F.matmul(centered, centered.t()) / builtins.max(n - correction, 0)
+    else:
+        weights = weights.to(x.dtype) if x.dtype.is_floating_point else weights
+        total = weights.sum()
+        average = (x * weights).sum(1, keepdim=True) / total
+        if aweights is None:
+            norm = total - correction
+        else:
+            norm = total - correction * (weights * aweights.reshape(-1)).sum() / total
+        norm = F.clamp(norm, min=0)
+        centered = x - average
+        c = F.matmul(centered * weights, centered.t()) / norm
     return c.reshape(()) if input.ndim < 2 or x.shape[0] == 1 else c
 
 
