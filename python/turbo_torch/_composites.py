@@ -663,7 +663,8 @@ def cov(input: Tensor, *, correction: _py_int = 1, fweights: Any = None, aweight
         centered = x - F.mean(x, 1, keepdim=True)
         c = F.matmul(centered, centered.t()) / builtins.max(n - correction, 0)
     else:
-        weights = weights.to(x.dtype) if x.dtype.is_floating_point else weights
+        # the weights keep their own dtype (as in torch): with float32 aweights on float64 input the
+        # normalisation is float32 arithmetic there too
         total = weights.sum()
         average = (x * weights).sum(1, keepdim=True) / total
         if aweights is None:
