@@ -219,15 +219,34 @@ def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None, dev
     d = _dtype(dtype)
     if d is None:
         d = get_default_dtype() if builtins.any(isinstance(v, _py_float) for v in values) else int64
-    count = _math.ceil((end - start) / step)
+    if d.is_floating_point or d is _types.bool_:
+        count = _math.ceil((end - start) / step)
+    else:
+        # as torch: an integer dtype takes the arguments truncated toward zero; int64 also counts with
+        # them (integer arithmetic), the narrower types count with the original values
+        values_as_given = (start, end, step)
+        start, end, step = (_py_int(v) for v in values_as_given)
+        if d is int64:
+            if step == 0:  # a fractional step truncated to 0 (torch raises ValueError here)
+                raise ValueError("step must be nonzero")
+            span = end - start + step - (1 if step > 0 else -1)
+            count = builtins.abs(span) // builtins.abs(step) * (1 if (span >= 0) == (step > 0) else -1)
+        else:
+            count = _math.ceil((values_as_given[1] - values_as_given[0]) / values_as_given[2])
     if count < 0:
         raise RuntimeError("upper bound and larger bound inconsistent with step sign")
     return _finish(_C._tt_arange(_py_float(start), _py_float(step), _py_int(count), d), requires_grad)
 
 
+def _integral(d: Any) -> _py_bool:
+    return not d.is_floating_point and d is not _types.bool_
+
+
 def linspace(start: Any, end: Any, steps: _py_int, *, dtype: Any = None, device: Any = None,
              requires_grad: _py_bool = False) -> Tensor:
     d = _dtype(dtype) or get_default_dtype()
+    if _integral(d):  # torch truncates the ends toward zero first, then truncates each value
+        start, end = _py_int(start), _py_int(end)
     if steps == 1:
         return _finish(_C._tt_from_values([_py_float(start)], (1,), d), requires_grad)
     step = (end - start) / (steps - 1)
@@ -239,8 +258,11 @@ def linspace(start: Any, end: Any, steps: _py_int, *, dtype: Any = None, device:
 
 def logspace(start: Any, end: Any, steps: _py_int, base: _py_float = 10.0, *, dtype: Any = None,
              device: Any = None, requires_grad: _py_bool = False) -> Tensor:
+    d = _dtype(dtype) or get_default_dtype()
+    if _integral(d):  # the exponents' ends truncated toward zero, as torch does for integer dtypes
+        start, end = _py_int(start), _py_int(end)
     exponents = linspace(start, end, steps, dtype=float64)
-    return _finish(pow(base, exponents).to(_dtype(dtype) or get_default_dtype()), requires_grad)
+    return _finish(pow(base, exponents).to(d), requires_grad)
 
 
 def eye(n: _py_int, m: Optional[_py_int] = None, *, dtype: Any = None, device: Any = None,

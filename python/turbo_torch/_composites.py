@@ -638,6 +638,10 @@ def cov(input: Tensor, *, correction: _py_int = 1, fweights: Any = None, aweight
     (float importance) weight the observations, with NumPy's normalisation."""
     if input.ndim > 2:
         raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an input with {input.ndim} dimensions")
+    if input.dtype is _types.bool_:
+        raise RuntimeError("cov(): bool dtype is not supported for input")
+    if not input.dtype.is_floating_point:  # integer input: computed in the default float dtype, as torch
+        input = input.to(_C._tt_get_default_dtype())
     x = input.reshape(1, -1) if input.ndim < 2 else input
     n = x.shape[1]
     weights = None

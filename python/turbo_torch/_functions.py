@@ -183,6 +183,9 @@ def where(condition: Tensor, input: Any = None, other: Any = None) -> Any:
 def _reduce(name: str, input: Tensor, dim: Any = None, keepdim: _py_bool = False, dtype: Any = None) -> Tensor:
     if dtype is not None:
         input = input.to(dtype)
+        if dtype is _types.bool_ and name in ("prod", "nansum"):
+            # torch reduces in bool: a product is a logical and, a sum a logical or (saturating)
+            return _C._tt_reduce(_REDUCE[name], input, dim, keepdim, None).to(_types.bool_)
     return _C._tt_reduce(_REDUCE[name], input, dim, keepdim, None)
 
 

@@ -110,11 +110,23 @@ static PyObject *py_reduce(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
         default: out_dtype = in;
         }
     }
+    /* a sum or product with dtype=bool runs in bool, as torch's: the values become bools first (so the
+     * result is a logical or / and of them, not the bool of the numeric result) */
+    tb_tensor as_bool = {0};
+    bool in_bool = out_dtype == TB_BOOL && in != TB_BOOL &&
+                   (op == TB_EAGER_REDUCE_SUM || op == TB_EAGER_REDUCE_PROD || op == TB_EAGER_REDUCE_NANSUM);
+    if (in_bool) {
+        tb_status converted = tb_tensor_contiguous(t, TB_BOOL, &as_bool);
+        if (converted != TB_OK)
+            return tt_raise(converted);
+        t = &as_bool;
+    }
     tb_tensor out = {0};
     tb_status status;
     Py_BEGIN_ALLOW_THREADS
     status = tb_eager_reduce((tb_eager_reduce_op)op, t, mask, keepdim, out_dtype, &out);
     Py_END_ALLOW_THREADS
+    tb_tensor_release(&as_bool);
     if (status != TB_OK) {
         if (strstr(tb_error_message(), "Dimension out of range"))
             return PyErr_Format(PyExc_IndexError, "%s", tb_error_message()), NULL;

@@ -681,3 +681,36 @@ def test_setitem_value_requires_grad_into_plain_tensor():
 
 def test_setitem_on_leaf_requiring_grad_is_refused():
     check_op(lambda m, x: x[0].__setitem__(0, 1.0), [(3,)], "float64")
+
+
+def test_integer_ranges_truncate_like_torch():
+    """arange/linspace/logspace with an integer dtype take their float arguments truncated toward zero
+    (int64 arange also counts in integers), as torch does."""
+    cases = [("arange", (0.0, -8.000001, -4.0), "int64"), ("arange", (0, 5, 0.5), "int32"),
+             ("arange", (-0.5, 5.9, 1.5), "int64"), ("arange", (-0.5, 5.9, 1.5), "int32"),
+             ("arange", (10, 0.5, -3), "int64"), ("arange", (10, 0.5, -3), "int16"), ("arange", (0, 3.5), "int64"),
+             ("arange", (1, -7, -2), "int64"), ("arange", (3, 3), "int64"), ("arange", (0, 3.5), "float32"),
+             ("linspace", (4.3, -3, 50), "int64"), ("linspace", (-2.5, 2.5, 3), "int64"),
+             ("linspace", (0.9, 10.9, 4), "int32"), ("logspace", (0, 1.2, 2), "int64"),
+             ("logspace", (0.5, 2.7, 4), "int64"), ("linspace", (0.5, 2.7, 4), "float64")]
+    for name, args, d in cases:
+        expected = getattr(torch, name)(*args, dtype=getattr(torch, d))
+        actual = getattr(tt, name)(*args, dtype=getattr(tt, d))
+        assert actual.tolist() == expected.tolist() and repr(actual.dtype) == str(expected.dtype), (name, args, d)
+    for m in (torch, tt):
+        with pytest.raises(ValueError, match="step must be nonzero"):  # 0.5 truncated to 0
+            m.arange(0, 5, 0.5, dtype=m.int64)
+        with pytest.raises(RuntimeError, match="step must be nonzero"):
+            m.arange(0, 5, 0, dtype=m.int64)
+
+
+def test_reductions_in_bool_and_cov_of_integers():
+    for make in (lambda m: m.sum(m.tensor([1, -1]), dtype=m.bool), lambda m: m.tensor([1, -1]).sum(dtype=m.bool),
+                 lambda m: m.sum(m.tensor([[0., 0.], [0., 2.]]), 1, dtype=m.bool),
+                 lambda m: m.tensor([2, 3]).prod(dtype=m.bool), lambda m: m.tensor([[1.5, 0.0]]).prod(1, dtype=m.bool),
+                 lambda m: m.cov(m.tensor([[1, 2, 3], [4, 5, 7]])), lambda m: m.corrcoef(m.tensor([[1, 2, 3], [4, 5, 7]]))):
+        expected, actual = make(torch), make(tt)
+        assert repr(actual.dtype) == str(expected.dtype)
+        torch.testing.assert_close(torch.tensor(actual.tolist(), dtype=expected.dtype), expected)
+    with pytest.raises(RuntimeError, match="bool dtype is not supported"):
+        tt.cov(tt.tensor([[True, False]]))
