@@ -31,21 +31,11 @@ def addcdiv(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) 
 
 
 def addr(input: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
-    product = F.outer(vec1, vec2)
-    if alpha != 1:
-        product = product * alpha
-    if beta == 0:
-        return product
-    return (input if beta == 1 else input * beta) + product
+    return F.scaled_sum(input, F.outer(vec1, vec2), beta, alpha, "addr")
 
 
 def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
-    product = F.bmm(batch1, batch2).sum(0)
-    if alpha != 1:
-        product = product * alpha
-    if beta == 0:
-        return product
-    return (input if beta == 1 else input * beta) + product
+    return F.scaled_sum(input, F.bmm(batch1, batch2).sum(0), beta, alpha, "addbmm")
 
 
 def aminmax(input: Tensor, *, dim: Optional[_py_int] = None, keepdim: _py_bool = False) -> Any:
@@ -384,6 +374,8 @@ def split_with_sizes(input: Tensor, split_sizes: Sequence[_py_int], dim: _py_int
 
 def sum_to_size(input: Tensor, *size: Any) -> Tensor:
     size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (list, tuple)) else tuple(size)
+    if not size:  # torch sums everything for the empty size, with sum's dtype (bool -> int64) even for 0-dim
+        return input.sum()
     lead = input.ndim - len(size)
     dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size) if s == 1 and input.shape[lead + i] != 1)
     return input.sum(dims, keepdim=True).reshape(size) if dims else input

@@ -165,6 +165,8 @@ def lerp(input: Tensor, end: Tensor, weight: Any) -> Tensor:
 
 
 def square(input: Tensor) -> Tensor:
+    if input.dtype is _types.bool_:  # torch squares bools as pow(x, 2): an int64 result
+        input = input.to(_types.int64)
     return _C._tt_mul(input, input) if input.dtype.is_floating_point else _C._tt_square(input)
 
 
@@ -355,22 +357,37 @@ def outer(input: Tensor, vec2: Tensor) -> Tensor:
 ger = outer
 
 
-def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
-    product = mm(mat1, mat2)
+def scaled_sum(input: Tensor, product: Tensor, beta: Any, alpha: Any, name: str) -> Tensor:
+    """beta * input + alpha * product, torch's rules for the add* family: beta == 0 ignores input (its NaN and
+    inf are not propagated); with integer tensors, float alpha/beta are truncated toward zero (addr
+    refuses them instead, as torch does)."""
+    if not product.dtype.is_floating_point and product.dtype is not _types.bool_:
+        for label, value in (("beta", beta), ("alpha", alpha)):
+            if isinstance(value, _py_float):
+                if name == "addr":
+                    raise RuntimeError(f"For integral input tensors, argument {label} must not be a floating point number.")
+        beta = _py_int(beta) if isinstance(beta, _py_float) else beta
+        alpha = _py_int(alpha) if isinstance(alpha, _py_float) else alpha
     if alpha != 1:
         product = product * alpha
+    if beta == 0:  # input's values are not read: only its shape and dtype count
+        shape = broadcast_shapes(tuple(input.shape), tuple(product.shape))
+        if tuple(product.shape) != shape:
+            product = product.expand(*shape).contiguous()
+        return product.to(_C._tt_promote_types(product.dtype, input.dtype))
     return product + (input if beta == 1 else input * beta)
+
+
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    return scaled_sum(input, mm(mat1, mat2), beta, alpha, "addmm")
 
 
 def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
-    product = bmm(batch1, batch2)
-    if alpha != 1:
-        product = product * alpha
-    return product + (input if beta == 1 else input * beta)
+    return scaled_sum(input, bmm(batch1, batch2), beta, alpha, "baddbmm")
 
 
 def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
-    return beta * input + alpha * mv(mat, vec)
+    return scaled_sum(input, mv(mat, vec), beta, alpha, "addmv")
 
 
 def einsum(equation: str, *operands: Any) -> Tensor:
