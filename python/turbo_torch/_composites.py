@@ -35,7 +35,8 @@ def addr(input: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any
 
 
 def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
-    return F.scaled_sum(input, F.bmm(batch1, batch2).sum(0), beta, alpha, "addbmm")
+    products = F.bmm(batch1, batch2)
+    return F.scaled_sum(input, products.sum(0, dtype=products.dtype), beta, alpha, "addbmm")
 
 
 def aminmax(input: Tensor, *, dim: Optional[_py_int] = None, keepdim: _py_bool = False) -> Any:
@@ -408,9 +409,9 @@ def tensordot(a: Tensor, b: Tensor, dims: Any = 2, out: Any = None) -> Tensor:
     for da, db in zip(dims_a, dims_b):
         # a contracted size-1 dimension broadcasts against the other side: that side is summed first
         if b.shape[db] == 1 and a.shape[da] != 1:
-            a = a.sum(da, keepdim=True)
+            a = a.sum(da, keepdim=True, dtype=a.dtype)
         elif a.shape[da] == 1 and b.shape[db] != 1:
-            b = b.sum(db, keepdim=True)
+            b = b.sum(db, keepdim=True, dtype=b.dtype)
         elif a.shape[da] != b.shape[db]:
             raise RuntimeError(f"tensordot: contracted dimensions need to match, but first has size {a.shape[da]} "
                                f"in dim {da} and second has size {b.shape[db]} in dim {db}")

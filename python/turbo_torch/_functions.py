@@ -184,10 +184,8 @@ def where(condition: Tensor, input: Any = None, other: Any = None) -> Any:
 
 def _reduce(name: str, input: Tensor, dim: Any = None, keepdim: _py_bool = False, dtype: Any = None) -> Tensor:
     if dtype is not None:
-        input = input.to(dtype)
-        if dtype is _types.bool_ and name in ("prod", "nansum"):
-            # torch reduces in bool: a product is a logical and, a sum a logical or (saturating)
-            return _C._tt_reduce(_REDUCE[name], input, dim, keepdim, None).to(_types.bool_)
+        # the values in dtype first, reduced into dtype (bool: a logical and/or, as torch's)
+        return _C._tt_reduce(_REDUCE[name], input.to(dtype), dim, keepdim, dtype)
     return _C._tt_reduce(_REDUCE[name], input, dim, keepdim, None)
 
 
@@ -347,7 +345,7 @@ def dot(input: Tensor, other: Tensor) -> Tensor:
     return matmul(input, other)
 
 
-inner = lambda a, b: (a * b).sum(-1) if a.ndim and b.ndim else a * b  # noqa: E731
+inner = lambda a, b: (lambda p: p.sum(-1, dtype=p.dtype))(a * b) if a.ndim and b.ndim else a * b  # noqa: E731
 
 
 def outer(input: Tensor, vec2: Tensor) -> Tensor:
@@ -441,7 +439,10 @@ def einsum(equation: str, *operands: Any) -> Tensor:
         result = x if result is None else result * x
     reduce_dims = tuple(range(len(rhs), len(order)))
     if reduce_dims:
-        result = result.sum(reduce_dims)
+        # the result dtype as torch's: a letter summed within one operand alone is a sum (integers and
+        # bools to int64); a contraction over several operands keeps their dtype (int32 too)
+        private = builtins.any(c not in rhs and builtins.sum(c in t for t in terms) == 1 for c in letters)
+        result = result.sum(reduce_dims, dtype=None if private else result.dtype)
     return result
 
 

@@ -266,18 +266,18 @@ def test_opinfo_float64(capsys):
 
 # Where turbo_torch differs from torch on integer/bool samples, and why (the test fails when one of these
 # starts passing, so the list only shrinks): (dtype, op) -> reason.
+TIES = "the indices returned among tied values (torch does not specify them)"
+UNSTABLE = "the order of tied values (torch's default sort is not stable)"
 INTEGER_DIFFERENCES = {
-    ("int64", "kthvalue"): "the index returned among tied values (torch does not specify it)",
-    ("int64", "topk"): "the indices returned among tied values (torch does not specify them)",
-    ("bool", "sort"): "the order of tied values (an unstable sort in torch)",
-    ("bool", "argsort"): "the order of tied values (an unstable sort in torch)",
+    **{(d, name): TIES for d in ("int64", "int32", "uint8") for name in ("kthvalue", "topk")},
+    **{(d, name): UNSTABLE for d in ("uint8", "bool") for name in ("sort", "argsort")},
     ("bool", "addr"): "torch computes a bool addr in bool (logical and/or); here it promotes to int64",
 }
 
 
-@pytest.mark.parametrize("dtype_name", ["int64", "bool"])
+@pytest.mark.parametrize("dtype_name", ["int64", "int32", "uint8", "bool"])
 def test_opinfo_integer_and_bool_values(dtype_name, capsys):
-    """The OpInfo samples in int64 and bool, outputs only: integer results exactly, floating results (sin
+    """The OpInfo samples in int64, int32, uint8 and bool, outputs only: integer results exactly, floating results (sin
     of an integer tensor) at torch.testing's float tolerances, and the same dtypes as torch."""
     dtype = getattr(torch, dtype_name)
     failed = {}
