@@ -22,12 +22,23 @@ def _m():
     return _methods
 
 
+def _widened(fn, *tensors: Tensor) -> Tensor:
+    """fn(*tensors), computed in float32 when the result is a 16-bit float and rounded once at the end,
+    as torch's fused kernels compute them (each step rounded to half drifts by several ulps)."""
+    result_dtype = _C._tt_result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
+    for t in tensors[2:]:
+        result_dtype = _C._tt_promote_types(result_dtype, t.dtype)
+    if result_dtype not in (_types.float16, _types.bfloat16):
+        return fn(*tensors)
+    return fn(*(t.to(_types.float32) for t in tensors)).to(result_dtype)
+
+
 def addcmul(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
-    return input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2
+    return _widened(lambda x, a, b: x + value * a * b if value != 1 else x + a * b, input, tensor1, tensor2)
 
 
 def addcdiv(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
-    return input + value * (tensor1 / tensor2) if value != 1 else input + tensor1 / tensor2
+    return _widened(lambda x, a, b: x + value * (a / b) if value != 1 else x + a / b, input, tensor1, tensor2)
 
 
 def addr(input: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:

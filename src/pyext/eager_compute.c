@@ -335,15 +335,18 @@ static PyObject *py_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     if (dtype == TB_F32 && t->ndim > 0) {
         status = tb_op_softmax(t, d, log_form, &out);
     } else {
-        /* y = x - logsumexp(x) (log) or exp of it */
+        /* y = x - logsumexp(x) (log) or exp of it; 16-bit floats work in float32 and round once at the
+         * end, as torch's kernels (rounding the logsumexp and the difference to half first cost up to
+         * 8x torch's error) */
+        tb_dtype work = dtype == TB_F16 || dtype == TB_BF16 ? TB_F32 : dtype;
         tb_tensor lse = {0}, shifted = {0};
         uint32_t mask = t->ndim ? 1u << d : 0;
-        status = tb_eager_reduce(TB_EAGER_REDUCE_LOGSUMEXP, t, mask, true, dtype, &lse);
+        status = tb_eager_reduce(TB_EAGER_REDUCE_LOGSUMEXP, t, mask, true, work, &lse);
         if (status == TB_OK)
             status = tb_eager_binary(TB_PWB_SUB, (tb_eager_operand){.tensor = t}, (tb_eager_operand){.tensor = &lse}, NULL,
-                                     dtype, dtype, &shifted);
+                                     work, log_form ? dtype : work, &shifted);
         if (status == TB_OK && !log_form)
-            status = tb_eager_unary(TB_PW_EXP, &shifted, NULL, dtype, dtype, &out);
+            status = tb_eager_unary(TB_PW_EXP, &shifted, NULL, work, dtype, &out);
         else if (status == TB_OK) {
             out = shifted;
             memset(&shifted, 0, sizeof shifted);

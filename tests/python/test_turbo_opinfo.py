@@ -93,15 +93,17 @@ def compare(expected, actual, values=True, exact=None, rtol=None, atol=None):
 
 
 def as_float64(value):
-    """The same arguments with every float32 tensor in float64 (a leaf that keeps requires_grad)."""
+    """The same arguments with every float32/16-bit float tensor in float64 (a leaf that keeps requires_grad)."""
     if isinstance(value, torch.Tensor):
-        if value.dtype != torch.float32:
+        if value.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             return value
         return value.detach().double().requires_grad_(value.requires_grad)
     if isinstance(value, (list, tuple)):
         return type(value)(as_float64(v) for v in value)
     if isinstance(value, dict):
         return {k: as_float64(v) for k, v in value.items()}
+    if value in (torch.float32, torch.float16, torch.bfloat16):  # a dtype= argument: the exact answer
+        return torch.float64
     return value
 
 
@@ -113,8 +115,9 @@ def assert_close_or_as_exact(ours, theirs, exact, rtol=None, atol=None):
     except AssertionError:
         if exact is None or not ours.dtype.is_floating_point or exact.shape != ours.shape:
             raise
-    if rtol is None:
-        rtol, atol = 1.3e-6, 1e-5  # torch.testing's float32 defaults
+    if rtol is None:  # torch.testing's defaults for the dtype
+        rtol, atol = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),
+                      torch.float64: (1e-7, 1e-7)}.get(ours.dtype, (1.3e-6, 1e-5))
     exact = exact.detach().double()
     finite = torch.isfinite(exact)
     torch_error = (theirs.double() - exact).abs()[finite]
@@ -270,15 +273,17 @@ TIES = "the indices returned among tied values (torch does not specify them)"
 UNSTABLE = "the order of tied values (torch's default sort is not stable)"
 INTEGER_DIFFERENCES = {
     **{(d, name): TIES for d in ("int64", "int32", "uint8") for name in ("kthvalue", "topk")},
-    **{(d, name): UNSTABLE for d in ("uint8", "bool") for name in ("sort", "argsort")},
+    **{(d, name): UNSTABLE for d in ("uint8", "bool", "float16", "bfloat16") for name in ("sort", "argsort")},
+    ("bfloat16", "topk"): TIES,
     ("bool", "addr"): "torch computes a bool addr in bool (logical and/or); here it promotes to int64",
 }
 
 
-@pytest.mark.parametrize("dtype_name", ["int64", "int32", "uint8", "bool"])
-def test_opinfo_integer_and_bool_values(dtype_name, capsys):
-    """The OpInfo samples in int64, int32, uint8 and bool, outputs only: integer results exactly, floating results (sin
-    of an integer tensor) at torch.testing's float tolerances, and the same dtypes as torch."""
+@pytest.mark.parametrize("dtype_name", ["int64", "int32", "uint8", "bool", "float16", "bfloat16"])
+def test_opinfo_other_dtypes(dtype_name, capsys):
+    """The OpInfo samples in int64, int32, uint8, bool, float16 and bfloat16, outputs only: integer
+    results exactly, floating results at torch.testing's tolerances for their dtype (16-bit results that
+    miss torch's are judged against the float64 answer, as in the float32 pass), the same dtypes."""
     dtype = getattr(torch, dtype_name)
     failed = {}
     count = 0
