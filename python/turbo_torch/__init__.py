@@ -219,7 +219,7 @@ def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None, dev
     d = _dtype(dtype)
     if d is None:
         d = get_default_dtype() if builtins.any(isinstance(v, _py_float) for v in values) else int64
-    if d.is_floating_point or d is _types.bool_:
+    if not _integral(d):
         count = _math.ceil((end - start) / step)
     else:
         # as torch: an integer dtype takes the arguments truncated toward zero; int64 also counts with

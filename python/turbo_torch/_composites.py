@@ -25,9 +25,7 @@ def _m():
 def _widened(fn, *tensors: Tensor) -> Tensor:
     """fn(*tensors), computed in float32 when the result is a 16-bit float and rounded once at the end,
     as torch's fused kernels compute them (each step rounded to half drifts by several ulps)."""
-    result_dtype = _C._tt_result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
-    for t in tensors[2:]:
-        result_dtype = _C._tt_promote_types(result_dtype, t.dtype)
+    result_dtype = _C._tt_result_type(*tensors)
     if result_dtype not in (_types.float16, _types.bfloat16):
         return fn(*tensors)
     return fn(*(t.to(_types.float32) for t in tensors)).to(result_dtype)
@@ -477,26 +475,21 @@ def vdot(input: Tensor, other: Tensor) -> Tensor:
 
 def unique_consecutive(input: Tensor, return_inverse: _py_bool = False, return_counts: _py_bool = False,
                        dim: Any = None) -> Any:
-    if dim is not None:
-        return _unique_consecutive_slices(input, return_inverse, return_counts, dim)
-    values = input.reshape(-1).tolist()
-    out, inverse, counts = [], [], []
-    for v in values:
-        if not out or out[-1] != v:
-            out.append(v)
-            counts.append(0)
-        counts[-1] += 1
-        inverse.append(len(out) - 1)
-    result = [_C._tt_from_values(out, (len(out),), input.dtype)]
-    if return_inverse:
-        result.append(_C._tt_from_values(inverse, tuple(input.shape), _types.int64))
-    if return_counts:
-        result.append(_C._tt_from_values(counts, (len(counts),), _types.int64))
-    return result[0] if len(result) == 1 else tuple(result)
+    """Runs of equal elements (dim None: of the flattened input) or of equal slices along dim collapse to
+    one; NaN equals nothing."""
+    if dim is None:
+        flat = _unique_consecutive_slices(input.reshape(-1), True, return_counts, 0)
+        result = [flat[0]]
+        if return_inverse:
+            result.append(flat[1].reshape(tuple(input.shape)))
+        if return_counts:
+            result.append(flat[2])
+        return result[0] if len(result) == 1 else tuple(result)
+    return _unique_consecutive_slices(input, return_inverse, return_counts, dim)
 
 
 def _unique_consecutive_slices(input: Tensor, return_inverse: _py_bool, return_counts: _py_bool, dim: _py_int) -> Any:
-    """unique_consecutive along dim: runs of equal slices (all elements equal; NaN equals nothing) collapse."""
+    """unique_consecutive along dim: runs of equal slices (all elements equal) collapse."""
     if input.ndim == 0:
         raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
     if not -input.ndim <= dim < input.ndim:

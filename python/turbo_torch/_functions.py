@@ -361,11 +361,9 @@ def scaled_sum(input: Tensor, product: Tensor, beta: Any, alpha: Any, name: str)
     refuses them instead, as torch does)."""
     if not product.dtype.is_floating_point and product.dtype is not _types.bool_:
         for label, value in (("beta", beta), ("alpha", alpha)):
-            if isinstance(value, _py_float):
-                if name == "addr":
-                    raise RuntimeError(f"For integral input tensors, argument {label} must not be a floating point number.")
-        beta = _py_int(beta) if isinstance(beta, _py_float) else beta
-        alpha = _py_int(alpha) if isinstance(alpha, _py_float) else alpha
+            if name == "addr" and isinstance(value, _py_float):
+                raise RuntimeError(f"For integral input tensors, argument {label} must not be a floating point number.")
+        beta, alpha = (_py_int(v) if isinstance(v, _py_float) else v for v in (beta, alpha))
     if alpha != 1:
         product = product * alpha
     if beta == 0:  # input's values are not read: only its shape and dtype count
