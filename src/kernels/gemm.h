@@ -57,6 +57,8 @@ TB_API TB_NODISCARD tb_status tb_gemm_precision_init(void);
  * (initially true; false: the AVX512-BF16 kernel). Packed Bs made under the other setting no longer
  * match (tb_gemm_packed_b_matches), so callers repack. */
 TB_API void tb_gemm_set_amx_allowed(bool allowed);
+/* The setting above (also read by the LLM layer's AMX-INT8 prompt GEMM). */
+TB_API bool tb_gemm_amx_allowed(void);
 
 /* Reads TORCHBURN_AMX: 0 (never use AMX) | 1 (use it where allowed, the default); anything else is an
  * error naming the value. Called by the Python extension at import. */

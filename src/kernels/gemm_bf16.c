@@ -14,6 +14,8 @@ static atomic_bool amx_allowed = true;
 
 void tb_gemm_set_amx_allowed(bool allowed) { atomic_store(&amx_allowed, allowed); }
 
+bool tb_gemm_amx_allowed(void) { return atomic_load(&amx_allowed); }
+
 void tb_gemm_set_default_precision(tb_gemm_precision precision) {
     atomic_store(&default_precision,
                  precision == TB_GEMM_PRECISION_BF16 ? TB_GEMM_PRECISION_BF16 : TB_GEMM_PRECISION_HIGHEST);

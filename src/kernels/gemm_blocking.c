@@ -131,8 +131,11 @@ void tb_kernel_variants(tb_isa isa, char gemm_f32[160], char gemm_bf16[96], char
     /* The LLM's int8-activation matmul family, chosen as llm/llm_qmatmul.c chooses it. */
     const char *q = "scalar";
 #ifdef TB_HAVE_X86
-    if (isa == TB_ISA_AVX512 && tb_cpu_get_features()->avx512vnni)
-        q = "avx512_vnni (vpdpbusd)";
+    const tb_cpu_features *features = tb_cpu_get_features();
+    if (isa == TB_ISA_AVX512 && features->avx512vnni)
+        q = features->amx_int8 && tb_gemm_amx_allowed() && tb_cpu_amx_request()
+                ? "avx512_vnni (vpdpbusd), prompts on amx_int8 (tdpbssd)"
+                : "avx512_vnni (vpdpbusd)";
     else if ((isa == TB_ISA_AVX2 || isa == TB_ISA_AVX512) && tb_isa_supported(TB_ISA_AVX2))
         q = "avx2 (vpmaddubsw + vpmaddwd)";
 #endif

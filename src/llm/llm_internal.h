@@ -104,17 +104,25 @@ void tb_llm_gemm_prepare_avx512vnni(const float *x, int64_t x_stride, int64_t m,
                                     int64_t group_end, unsigned char *xt);
 bool tb_llm_gemm_rows_avx512vnni(const tb_quant_weight *w, const unsigned char *xt, int64_t m, float *y,
                                  int64_t y_stride, const float *bias, int64_t n_begin, int64_t n_end);
+/* The AMX-INT8 prompt GEMM (x86_amx/llm_gemm_amx.c): its own activation layout, the VNNI GEMM's bits. */
+int64_t tb_llm_gemm_xt_bytes_amx(int64_t m, int64_t k);
+void tb_llm_gemm_prepare_amx(const float *x, int64_t x_stride, int64_t m, int64_t k, int64_t group_begin,
+                             int64_t group_end, unsigned char *xt);
+bool tb_llm_gemm_rows_amx(const tb_quant_weight *w, const unsigned char *xt, int64_t m, float *y, int64_t y_stride,
+                          const float *bias, int64_t n_begin, int64_t n_end);
 #endif
 
 extern const tb_llm_qkernels tb_llm_qkernels_ref;
 #ifdef TB_HAVE_X86
 extern const tb_llm_qkernels tb_llm_qkernels_avx512vnni;
+extern const tb_llm_qkernels tb_llm_qkernels_amx; /* avx512vnni with the AMX-INT8 prompt GEMM */
 extern const tb_llm_qkernels tb_llm_qkernels_avx2; /* AVX2 + FMA, no VNNI: the reference's bits */
 /* Rows [n_begin, n_end) of y for run->m prepared activation rows, each with the roundings of the single-row
  * VNNI decode kernel (x86_avx512vnni/llm_batch_rows_avx512vnni.c). */
 void tb_llm_batch_rows_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end);
 #endif
-/* The fast kernels for the active ISA, or NULL when there are none (the f32-activation path runs then). */
+/* The fast kernels for the active ISA, or NULL when there are none (the f32-activation path runs then);
+ * the AMX family where CPUID, the OS permission and TORCHBURN_AMX allow AMX-INT8 tiles. */
 const tb_llm_qkernels *tb_llm_qkernels_active(void);
 int64_t tb_llm_qact_row_bytes(tb_llm_quant format, int64_t k);
 /* One block of the layout (n <= 128 for int4, <= 64 for int8 values of x; the rest is zero padding). */

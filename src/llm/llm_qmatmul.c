@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "kernels/gemm.h"
 #include "llm/llm_internal.h"
 #include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
@@ -159,8 +160,10 @@ const tb_llm_qkernels tb_llm_qkernels_ref = {
 const tb_llm_qkernels *tb_llm_qkernels_active(void) {
 #ifdef TB_HAVE_X86
     const tb_isa isa = tb_isa_active();
-    if (isa == TB_ISA_AVX512 && tb_cpu_get_features()->avx512vnni)
-        return &tb_llm_qkernels_avx512vnni;
+    const tb_cpu_features *features = tb_cpu_get_features();
+    if (isa == TB_ISA_AVX512 && features->avx512vnni)
+        return features->amx_int8 && tb_gemm_amx_allowed() && tb_cpu_amx_request() ? &tb_llm_qkernels_amx
+                                                                                    : &tb_llm_qkernels_avx512vnni;
     if ((isa == TB_ISA_AVX2 || isa == TB_ISA_AVX512) && tb_isa_supported(TB_ISA_AVX2))
         return &tb_llm_qkernels_avx2;
 #endif

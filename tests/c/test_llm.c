@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels/gemm.h"
 #include "llm/llm_internal.h"
 #include "tb_test.h"
 #include "torchburn/cpu.h"
@@ -325,6 +326,70 @@ static void test_qmatmul_bounds(const tb_llm_qkernels *fast) {
             free_qmatrix(&q);
         }
 }
+
+#ifdef TB_HAVE_X86
+/* The AMX-INT8 prompt GEMM has the VNNI GEMM's bits: both from the float rows, over sizes with 16-row
+ * tails, chunks of rows (k large enough that a chunk is smaller than M), partial 32-column panels and
+ * column ranges that start off a panel boundary; a NaN activation poisons only its row. */
+static void test_amx_gemm(void) {
+    const tb_cpu_features *f = tb_cpu_get_features();
+    const bool usable = f->amx_int8 && f->avx512vnni && tb_isa_active() == TB_ISA_AVX512 && tb_cpu_amx_request();
+    TB_CHECK_MSG(!usable || tb_llm_qkernels_active() == &tb_llm_qkernels_amx,
+                 "prompt GEMMs run on %s although AMX-INT8 is usable",
+                 tb_llm_qkernels_active() ? tb_llm_qkernels_active()->name : "none");
+    if (!usable) {
+        fprintf(stderr, "test_llm: AMX-INT8 GEMM not tested: %s\n",
+                !f->amx_int8 ? "this CPU has no AMX-INT8"
+                : !f->amx_os ? "the OS does not enable the AMX tile state (XCR0)"
+                             : "no AVX-512 VNNI level or the OS refused the AMX permission (arch_prctl)");
+        return;
+    }
+    tb_gemm_set_amx_allowed(false);
+    TB_CHECK_MSG(tb_llm_qkernels_active() == &tb_llm_qkernels_avx512vnni, "TORCHBURN_AMX=0 leaves the VNNI GEMM");
+    tb_gemm_set_amx_allowed(true);
+    const tb_llm_qkernels *amx = &tb_llm_qkernels_amx, *vnni = &tb_llm_qkernels_avx512vnni;
+    const struct { int64_t m, n, k, group; tb_llm_quant format; } cases[] = {
+        {16, 7, 96, 32, TB_LLM_QUANT_INT4},    {37, 45, 224, 32, TB_LLM_QUANT_INT4},
+        {70, 33, 896, 64, TB_LLM_QUANT_INT4},  {48, 64, 200, 0, TB_LLM_QUANT_INT8},
+        {1100, 40, 1024, 128, TB_LLM_QUANT_INT4}, {80, 19, 4864, 32, TB_LLM_QUANT_INT4},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t m = cases[c].m, n = cases[c].n, k = cases[c].k;
+        qmatrix q;
+        make_qmatrix(cases[c].format, n, k, cases[c].group ? cases[c].group : 32, c % 2 == 0, &q);
+        float *x = malloc(sizeof(float) * (size_t)(m * k)), *y_amx = malloc(sizeof(float) * (size_t)(m * n));
+        float *y_vnni = malloc(sizeof(float) * (size_t)(m * n));
+        fill(x, m * k, 2.0f);
+        x[3 * k + 5] = NAN;
+        unsigned char *xt_amx = malloc((size_t)amx->gemm_xt_bytes(m, k));
+        unsigned char *xt_vnni = malloc((size_t)vnni->gemm_xt_bytes(m, k));
+        const int64_t groups = (m + 15) / 16;
+        amx->gemm_prepare(x, k, m, k, 0, groups / 2, xt_amx);
+        amx->gemm_prepare(x, k, m, k, groups / 2, groups, xt_amx);
+        vnni->gemm_prepare(x, k, m, k, 0, groups, xt_vnni);
+        TB_CHECK(amx->gemm_rows(&q.m.q, xt_amx, m, y_amx, n, q.m.bias, 0, 4));
+        TB_CHECK(amx->gemm_rows(&q.m.q, xt_amx, m, y_amx, n, q.m.bias, 4, n));
+        TB_CHECK(vnni->gemm_rows(&q.m.q, xt_vnni, m, y_vnni, n, q.m.bias, 0, n));
+        int64_t differ = 0, nan_rows_ok = 0;
+        for (int64_t i = 0; i < m * n; i++)
+            if (i / n == 3)
+                nan_rows_ok += isnan(y_amx[i]);
+            else
+                differ += memcmp(&y_amx[i], &y_vnni[i], sizeof(float)) != 0;
+        TB_CHECK_MSG(differ == 0, "amx gemm differs from vnni at %lld of %lld outputs (m=%lld n=%lld k=%lld)",
+                     (long long)differ, (long long)(m * n), (long long)m, (long long)n, (long long)k);
+        TB_CHECK_MSG(nan_rows_ok == n, "amx gemm: a NaN activation makes its row NaN (%lld of %lld)",
+                     (long long)nan_rows_ok, (long long)n);
+        free(x);
+        free(y_amx);
+        free(y_vnni);
+        free(xt_amx);
+        free(xt_vnni);
+        free_qmatrix(&q);
+    }
+    test_qmatmul_with(amx, false);
+}
+#endif
 
 static void test_qmatmul(void) {
     const tb_llm_qkernels *active = tb_llm_qkernels_active();
@@ -824,6 +889,9 @@ static void test_model(const char *root) {
 int main(void) {
     test_kernel_tables();
     test_qmatmul();
+#ifdef TB_HAVE_X86
+    test_amx_gemm();
+#endif
     test_int4_quantizer();
     test_sampler();
     char root[] = "/tmp/tb_test_llm_XXXXXX";

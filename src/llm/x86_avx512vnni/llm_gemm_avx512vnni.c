@@ -16,39 +16,15 @@
 #include <string.h>
 
 #include "llm/llm_internal.h"
+#include "llm/x86_avx512vnni/llm_qmatmul_avx512vnni.h"
 #include "torchburn/alloc.h"
 #include "torchburn/thread_pool.h"
-
-#define TB_INLINE static inline __attribute__((always_inline))
 
 enum { NR = 4, MV = 3, LANES = 16 };
 
 int64_t tb_llm_gemm_xt_bytes_avx512vnni(int64_t m, int64_t k) {
     const int64_t mp = (m + LANES - 1) / LANES * LANES, kb = (k + 31) / 32;
     return kb * 32 * mp + kb * mp * 4;
-}
-
-/* 32 values -> int8 (natural order) and the block scale; same arithmetic as tb_llm_qact_prepare_block. */
-TB_INLINE __m256i quantize32_gemm(const float *x, int64_t n, float *scale) {
-    const __mmask16 m0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-    const __mmask16 m1 = n >= 32 ? (__mmask16)0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
-    const __m512 v0 = _mm512_maskz_loadu_ps(m0, x), v1 = _mm512_maskz_loadu_ps(m1, x + 16);
-    const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
-    const __m512 largest = _mm512_set1_ps(3.4028235e38f);
-    if ((_mm512_cmp_ps_mask(a0, largest, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, largest, _CMP_LE_OQ)) != 0xffff) {
-        *scale = __builtin_nanf("");
-        return _mm256_setzero_si256();
-    }
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-    *scale = amax / 127.0f;
-    const __m512 inv = _mm512_set1_ps(inverse), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-    __m512 q0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 q1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    q0 = _mm512_min_ps(_mm512_max_ps(q0, lo), hi);
-    q1 = _mm512_min_ps(_mm512_max_ps(q1, lo), hi);
-    const __m128i b0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q0)), b1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q1));
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1);
 }
 
 /* Row groups [group_begin, group_end) (16 rows each; rows past m are padding) of x into the transposed
@@ -69,7 +45,7 @@ void tb_llm_gemm_prepare_avx512vnni(const float *x, int64_t x_stride, int64_t m,
             for (int i = 0; i < LANES; i++) {
                 const int64_t row = row0 + i;
                 block_scales[i] = 0.0f;
-                q[i] = row < m ? _mm256_xor_si256(quantize32_gemm(x + row * x_stride + 32 * b, n, &block_scales[i]), flip)
+                q[i] = row < m ? _mm256_xor_si256(tb_llm_quantize32_avx512vnni(x + row * x_stride + 32 * b, n, &block_scales[i]), flip)
                                : flip; /* padding: xq = 0 */
             }
             __m512i z[8], t[8], u[8];
@@ -96,35 +72,6 @@ void tb_llm_gemm_prepare_avx512vnni(const float *x, int64_t x_stride, int64_t m,
             }
             memcpy(scales + b * mp + row0, block_scales, sizeof block_scales);
         }
-    }
-}
-
-/* One weight row as s8 q values (zero past K) and 128 * sum(q) per 32-block. */
-static void unpack_row(const tb_quant_weight *w, int64_t n, int64_t kb, int8_t *q, int32_t *corrections) {
-    const uint8_t *row = (const uint8_t *)w->data + n * w->row_bytes;
-    const int64_t k = w->k;
-    if (w->type == TB_QUANT_INT4) {
-        const __m512i low = _mm512_set1_epi16(15), eight = _mm512_set1_epi8(8);
-        int64_t i = 0;
-        for (; i + 64 <= k; i += 64) { /* 32 packed bytes -> 64 values in k order */
-            const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(row + i / 2)));
-            const __m512i pairs =
-                _mm512_or_si512(_mm512_and_si512(words, low), _mm512_slli_epi16(_mm512_srli_epi16(words, 4), 8));
-            _mm512_storeu_si512(q + i, _mm512_sub_epi8(pairs, eight));
-        }
-        for (; i < k; i += 2) {
-            q[i] = (int8_t)((row[i / 2] & 15) - 8);
-            q[i + 1] = (int8_t)((row[i / 2] >> 4) - 8);
-        }
-    } else {
-        memcpy(q, row, (size_t)k);
-    }
-    memset(q + k, 0, (size_t)(kb * 32 - k));
-    for (int64_t b = 0; b < kb; b++) {
-        int32_t sum = 0;
-        for (int e = 0; e < 32; e++)
-            sum += q[32 * b + e];
-        corrections[b] = 128 * sum;
     }
 }
 
@@ -221,7 +168,7 @@ bool tb_llm_gemm_rows_avx512vnni(const tb_quant_weight *w, const unsigned char *
             int8_t *qr = (int8_t *)unpacked + r * row_bytes;
             int32_t *cr = (int32_t *)(unpacked + NR * row_bytes) + r * kb;
             if (r < nr) {
-                unpack_row(w, n + r, kb, qr, cr);
+                tb_llm_unpack_row_avx512vnni(w, n + r, kb, qr, cr);
                 q[r] = qr;
                 corrections[r] = cr;
                 scales[r] = w->scales + (n + r) * w->scales_per_row;

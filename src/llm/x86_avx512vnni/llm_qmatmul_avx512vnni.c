@@ -248,29 +248,6 @@ static void rows_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64_t n_e
 
 /* ---- activation preparation (bit-identical to tb_llm_qact_prepare_block) ---- */
 
-/* 32 values -> 32 int8 (natural order) and the block scale; a non-finite value zeroes the block, scale NaN. */
-TB_INLINE __m256i quantize32_avx512vnni(const float *x, float *scale) {
-    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
-    const __m512 largest = _mm512_set1_ps(3.4028235e38f);
-    const __mmask16 finite0 = _mm512_cmp_ps_mask(a0, largest, _CMP_LE_OQ);
-    const __mmask16 finite1 = _mm512_cmp_ps_mask(a1, largest, _CMP_LE_OQ);
-    if ((finite0 & finite1) != 0xffff) {
-        *scale = __builtin_nanf("");
-        return _mm256_setzero_si256();
-    }
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-    *scale = amax / 127.0f;
-    const __m512 inv = _mm512_set1_ps(inverse), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-    __m512 q0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 q1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    q0 = _mm512_min_ps(_mm512_max_ps(q0, lo), hi);
-    q1 = _mm512_min_ps(_mm512_max_ps(q1, lo), hi);
-    const __m128i b0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q0)), b1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q1));
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1);
-}
-
 static void prepare_avx512vnni(tb_llm_quant format, const float *x, int64_t k, unsigned char *dst) {
     const __m512i ones = _mm512_set1_epi8(1);
     if (format == TB_LLM_QUANT_INT4) {
@@ -278,9 +255,10 @@ static void prepare_avx512vnni(tb_llm_quant format, const float *x, int64_t k, u
         for (int64_t b = 0; b < full; b++) {
             unsigned char *out = dst + b * TB_LLM_QACT_INT4_BLOCK_BYTES;
             float d[4];
-            const __m256i q[4] = {quantize32_avx512vnni(x + 128 * b, &d[0]), quantize32_avx512vnni(x + 128 * b + 32, &d[1]),
-                                  quantize32_avx512vnni(x + 128 * b + 64, &d[2]),
-                                  quantize32_avx512vnni(x + 128 * b + 96, &d[3])};
+            const __m256i q[4] = {tb_llm_quantize32_avx512vnni(x + 128 * b, 32, &d[0]),
+                                  tb_llm_quantize32_avx512vnni(x + 128 * b + 32, 32, &d[1]),
+                                  tb_llm_quantize32_avx512vnni(x + 128 * b + 64, 32, &d[2]),
+                                  tb_llm_quantize32_avx512vnni(x + 128 * b + 96, 32, &d[3])};
             const __m512i first = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
             const __m512i second = _mm512_inserti64x4(_mm512_castsi256_si512(q[2]), q[3], 1);
             /* even k: low bytes of each 16-bit pair; odd k: high bytes (arithmetic shift keeps the sign) */
@@ -311,7 +289,8 @@ static void prepare_avx512vnni(tb_llm_quant format, const float *x, int64_t k, u
     for (int64_t c = 0; c < full; c++) {
         unsigned char *out = dst + c * TB_LLM_QACT_INT8_BLOCK_BYTES;
         float d[2];
-        const __m256i q0 = quantize32_avx512vnni(x + 64 * c, &d[0]), q1 = quantize32_avx512vnni(x + 64 * c + 32, &d[1]);
+        const __m256i q0 = tb_llm_quantize32_avx512vnni(x + 64 * c, 32, &d[0]);
+        const __m256i q1 = tb_llm_quantize32_avx512vnni(x + 64 * c + 32, 32, &d[1]);
         const __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
         _mm512_storeu_si512(out, xq);
         const __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xq);
@@ -330,3 +309,12 @@ const tb_llm_qkernels tb_llm_qkernels_avx512vnni = {.name = "avx512vnni",
                                                     .gemm_prepare = tb_llm_gemm_prepare_avx512vnni,
                                                     .gemm_rows = tb_llm_gemm_rows_avx512vnni,
                                                     .batch_rows = tb_llm_batch_rows_avx512vnni};
+
+/* The same decode kernels with the AMX-INT8 prompt GEMM (x86_amx/llm_gemm_amx.c, same bits as the VNNI one). */
+const tb_llm_qkernels tb_llm_qkernels_amx = {.name = "avx512vnni+amx",
+                                             .prepare = prepare_avx512vnni,
+                                             .rows = rows_avx512vnni,
+                                             .gemm_xt_bytes = tb_llm_gemm_xt_bytes_amx,
+                                             .gemm_prepare = tb_llm_gemm_prepare_amx,
+                                             .gemm_rows = tb_llm_gemm_rows_amx,
+                                             .batch_rows = tb_llm_batch_rows_avx512vnni};
