@@ -118,6 +118,19 @@ def test_amx_is_chosen_where_usable_and_switch_is_honoured():
     assert done.returncode != 0 and "TORCHBURN_AMX" in done.stderr and "yes" in done.stderr
 
 
+def test_llm_prompt_gemm_uses_amx_int8_where_usable():
+    """The LLM's prompt GEMM reports (and, tests/c/test_llm.c checks, runs) AMX-INT8 where CPUID and the
+    OS allow it, and TORCHBURN_AMX=0 keeps VNNI."""
+    info = torchburn.cpu_info()
+    if not (info["isa"] == "avx512" and info["features"]["amx_int8"] and info["features"]["amx_os_enabled"]
+            and info["features"]["avx512_vnni"]):
+        pytest.skip("this CPU (or the OS) does not offer AMX-INT8 with AVX-512 VNNI")
+    assert "amx_int8" in info["kernels"]["int8_qmatmul"], info["kernels"]
+    done = _run("import torchburn; print(torchburn.cpu_info()['kernels']['int8_qmatmul'])", TORCHBURN_AMX="0")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "avx512_vnni (vpdpbusd)", done.stdout
+
+
 @pytest.mark.parametrize("shape", [(1, 7, 3), (33, 65, 17), (130, 90, 301), (256, 256, 256)])
 def test_bf16_tensor_matmul_matches_torch(shape):
     """bf16 x bf16 runs the bf16 kernel (exact: the operands already are bf16 values); torch's CPU
