@@ -2,9 +2,9 @@
  * owning a session whose KV cache is a block table into the engine's pool (llm_kv_pool.h), and one engine
  * thread that loops: under the lock, hand out events, honour cancels, release finished slots (their
  * published prefix blocks stay cached in the pool) and admit queued requests into free ones; then,
- * unlocked, map each new request's cached prefix, run aligned prompt chunks (one, or as many as the per-step token budget batch_tokens
- * leaves beside the decoding rows, longest-waiting request first) and one batched decode step of every
- * decoding slot, sample, and record events. Out of blocks, the most recently admitted running request is
+ * unlocked, map each new request's cached prefix, run aligned prompt chunks (one, or as many as the per-step
+ * token budget batch_tokens leaves beside the decoding rows, longest-waiting request first) and one
+ * batched decode step of every decoding slot, sample, and record events. Out of blocks, the most recently admitted running request is
  * preempted and later resumed by replay (see "preemption" below); admission waits for blocks.
  *
  * Determinism: a slot's "canonical" length counts its leading positions that were computed by whole
@@ -13,10 +13,12 @@
  * rows are row-independent (llm_batch_forward.c). The whole blocks of canonical chunks are published in
  * the pool under (parent block, 16 token ids); a request maps the chain of published blocks matching its
  * prompt, rounded down to whole chunks, before each of its chunks (so a prefix another slot has just
- * computed is picked up too). GPU models (no pool) reuse only their own slot's cached prefix. Hence the tokens of a request never depend on its
- * neighbours, on the order of arrival, or on which slot served an earlier request. */
-#include <errno.h>
-#include <fcntl.h>
+ * computed is picked up too). GPU models (no pool) reuse only their own slot's cached prefix. Hence the
+ * tokens of a request never depend on its neighbours, on the order of arrival, or on which slot served an
+ * earlier request.
+ *
+ * This file is the engine thread; the public entry points are llm_batch_api.c, the shared state
+ * llm_batch_engine.h. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,83 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "llm/llm_batch_internal.h"
-#include "llm/llm_json.h"
-#include "llm/llm_kv_pool.h"
+#include "llm/llm_batch_engine.h"
 #include "torchburn/alloc.h"
-#include "torchburn/llm_batch.h"
-
-typedef struct request {
-    uint64_t id;
-    int32_t *prompt;
-    int64_t prompt_count, max_tokens;
-    tb_llm_sampling sampling;
-    float presence_penalty, frequency_penalty;
-    int32_t *stop_ids;
-    int64_t stop_count;
-    int32_t logprobs;
-    tb_llm_constraint constraint;
-    bool cancelled;
-    /* Set when the request was preempted (its slot and blocks taken back for the others): the tokens it
-     * had sampled (all already sent), and the per-request state its resumption continues from. */
-    int32_t *generated;
-    int64_t generated_count;
-    tb_llm_sampler *sampler;
-    tb_llm_json_constraint json;
-    int64_t preemptions;
-    struct request *next;
-} request;
-
-/* PREEMPTED: the slot's blocks were released to make room; the engine moves its request back to the queue. */
-typedef enum slot_state { SLOT_FREE, SLOT_ADMITTED, SLOT_PREFILL, SLOT_DECODE, SLOT_DONE, SLOT_PREEMPTED } slot_state;
-
-typedef struct slot {
-    tb_llm_session *session;
-    slot_state state;
-    request *req;
-    tb_llm_sampler *sampler;
-    int64_t canonical; /* leading cached positions computed by whole aligned prefill chunks */
-    int64_t prefilled; /* prompt positions in the cache */
-    int64_t produced, reused;
-    int32_t pending;   /* last sampled token, not yet run through the model */
-    int64_t replay;    /* resumed request: generated[0, replay) were fed back; sampling resumes at generated_count */
-    int32_t *counts;   /* [V] scratch for the OpenAI penalties, zero between uses */
-    tb_llm_json_constraint json; /* the request's constraint state (constraint JSON_OBJECT) */
-    uint64_t last_used, admitted;
-} slot;
-
-struct tb_llm_batch {
-    const tb_llm_model *model;
-    tb_llm_batch_options options;
-    slot *slots;
-    pthread_t thread;
-    bool thread_started, stop;
-    pthread_mutex_t lock;
-    pthread_cond_t wake, events_ready;
-    request *queue_head, *queue_tail;
-    tb_llm_batch_event *events; /* [event_head, event_count) are pending */
-    int64_t event_head, event_count, event_capacity;
-    tb_llm_batch_event *local; /* events of the current iteration (engine thread only) */
-    int64_t local_count, local_capacity;
-    int pipe_fds[2];
-    uint64_t next_id, clock;
-    tb_llm_batch_stats stats;
-    double prefill_seconds, decode_seconds; /* engine-side counters, published under the lock */
-    int64_t prefill_chunks, prefill_steps;
-    int64_t decode_steps, decode_rows;
-    int64_t reused_tokens, prefix_hits, prefill_tokens_run;
-    int64_t preemptions, admission_waits;
-    uint64_t waiting_id; /* the request that last waited for blocks (counted once) */
-    tb_llm_kv_pool *pool; /* NULL for GPU models */
-    int32_t *found;       /* [ceil(ctx_size / 16)] prefix lookup scratch */
-    tb_llm_step_scratch scratch;
-    tb_llm_token_table tokens; /* bytes per token id (empty without options.tokenizer) */
-    float *logits; /* [slots, V] */
-    tb_llm_session **step_sessions;
-    int32_t *step_tokens;
-    int64_t *step_slots;
-    char error[256];
-};
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -109,7 +36,7 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void request_free(request *r) {
+void tb_llm_batch_request_free(request *r) {
     if (!r)
         return;
     free(r->prompt);
@@ -294,8 +221,6 @@ static tb_status start_slot(tb_llm_batch *b, slot *s) {
 
 static void fail_slot(tb_llm_batch *b, slot *s, tb_status status);
 
-static int64_t blocks_for(int64_t positions) { return (positions + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK; }
-
 /* Positions a request needs to take its next step: its prompt and the tokens it generated, plus one. */
 static int64_t request_positions(const request *r) { return r->prompt_count + r->generated_count + 1; }
 
@@ -379,9 +304,9 @@ static bool fits(const tb_llm_batch *b, const request *r) {
         const int64_t target = s->state == SLOT_DECODE ? tb_llm_session_length(s->session) + 1 : request_positions(s->req);
         int64_t held;
         (void)tb_llm_session_table(s->session, &held);
-        committed += blocks_for(target) > held ? blocks_for(target) - held : 0;
+        committed += tb_llm_batch_blocks_for(target) > held ? tb_llm_batch_blocks_for(target) - held : 0;
     }
-    int64_t need = blocks_for(request_positions(r));
+    int64_t need = tb_llm_batch_blocks_for(request_positions(r));
     for (int32_t j = 0, parent = -1; j < (r->prompt_count - 1) / TB_LLM_KEY_BLOCK; j++) {
         parent = tb_llm_kv_pool_find(b->pool, parent, r->prompt + (int64_t)j * TB_LLM_KEY_BLOCK);
         if (parent < 0 || tb_llm_kv_pool_refcount(b->pool, parent) == 0)
@@ -654,7 +579,7 @@ static bool exchange(tb_llm_batch *b) {
             s->state = SLOT_FREE;
         }
         if (s->state == SLOT_DONE) {
-            request_free(s->req);
+            tb_llm_batch_request_free(s->req);
             s->req = NULL;
             s->state = SLOT_FREE;
             /* pooled: the blocks go back (published prefix blocks stay cached); cannot fail for 0 */
@@ -677,7 +602,7 @@ static bool exchange(tb_llm_batch *b) {
         b->stats.requests_finished++;
         b->stats.requests_cancelled++;
         b->stats.queued--;
-        request_free(r);
+        tb_llm_batch_request_free(r);
     }
     b->queue_tail = NULL;
     for (request *r = b->queue_head; r; r = r->next)
@@ -751,7 +676,7 @@ static bool exchange(tb_llm_batch *b) {
     return active > 0;
 }
 
-static void *engine_main(void *context) {
+void *tb_llm_batch_engine_main(void *context) {
     tb_llm_batch *b = context;
     pthread_mutex_lock(&b->lock);
     for (;;) {
@@ -780,271 +705,4 @@ static void *engine_main(void *context) {
     }
     pthread_mutex_unlock(&b->lock);
     return NULL;
-}
-
-/* ---- API ---- */
-
-static tb_status check_options(const tb_llm_model *model, const tb_llm_batch_options *o) {
-    if (!model || !o)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: NULL model or options");
-    if (o->slots < 1 || o->slots > 256)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: slots must be in [1, 256], got %lld",
-                            (long long)o->slots);
-    if (o->ctx_size < 1 || o->ctx_size > ((int64_t)1 << 24))
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: ctx_size must be in [1, 16777216], got %lld",
-                            (long long)o->ctx_size);
-    if (o->prefill_chunk != 0 && (o->prefill_chunk < 16 || o->prefill_chunk > 1024 || o->prefill_chunk % 16 != 0))
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT,
-                            "llm batch: prefill_chunk must be a multiple of 16 in [16, 1024] (or 0), got %lld",
-                            (long long)o->prefill_chunk);
-    if (o->kv_blocks < 0 || o->kv_blocks > ((int64_t)1 << 28))
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: kv_blocks must be 0 or in [1, 268435456], got %lld",
-                            (long long)o->kv_blocks);
-    const int64_t chunk = o->prefill_chunk ? o->prefill_chunk : 64;
-    if (o->batch_tokens != 0 && (o->batch_tokens < chunk || o->batch_tokens > 65536))
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT,
-                            "llm batch: batch_tokens must be 0 or in [prefill_chunk = %lld, 65536], got %lld",
-                            (long long)chunk, (long long)o->batch_tokens);
-    return TB_OK;
-}
-
-tb_status tb_llm_batch_new(const tb_llm_model *model, const tb_llm_batch_options *options, tb_llm_batch **out) {
-    *out = NULL;
-    TB_TRY(check_options(model, options));
-    tb_llm_batch *b = calloc(1, sizeof *b);
-    if (!b)
-        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory");
-    b->model = model;
-    b->options = *options;
-    if (b->options.prefill_chunk == 0)
-        b->options.prefill_chunk = 64;
-    b->pipe_fds[0] = b->pipe_fds[1] = -1;
-    b->next_id = 1;
-    pthread_mutex_init(&b->lock, NULL);
-    pthread_cond_init(&b->wake, NULL);
-    pthread_cond_init(&b->events_ready, NULL);
-    const int64_t n = b->options.slots;
-    b->slots = calloc((size_t)n, sizeof *b->slots);
-    b->step_sessions = calloc((size_t)n, sizeof *b->step_sessions);
-    b->step_tokens = calloc((size_t)n, sizeof *b->step_tokens);
-    b->step_slots = calloc((size_t)n, sizeof *b->step_slots);
-    const int64_t ctx_blocks = (b->options.ctx_size + TB_LLM_KEY_BLOCK - 1) / TB_LLM_KEY_BLOCK;
-    if (b->options.kv_blocks == 0)
-        b->options.kv_blocks = n * ctx_blocks;
-    b->found = malloc((size_t)ctx_blocks * sizeof *b->found);
-    tb_status status = b->slots && b->step_sessions && b->step_tokens && b->step_slots && b->found
-                           ? TB_OK
-                           : tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory");
-    if (status == TB_OK && !model->gpu)
-        status = tb_llm_kv_pool_new(model, b->options.kv_f16, b->options.kv_blocks, 0, &b->pool);
-    for (int64_t i = 0; status == TB_OK && i < n; i++)
-        status = b->pool ? tb_llm_session_new_pooled(model, b->options.ctx_size, b->pool, &b->slots[i].session)
-                         : tb_llm_session_new(model, b->options.ctx_size, b->options.kv_f16, &b->slots[i].session);
-    if (status == TB_OK)
-        status = tb_alloc((size_t)(n * model->vocab) * sizeof(float), TB_ALLOC_DEFAULT, (void **)&b->logits);
-    if (status == TB_OK && options->tokenizer)
-        status = tb_llm_token_table_init(&b->tokens, options->tokenizer, model->vocab);
-    b->options.tokenizer = NULL; /* read only here */
-    if (status == TB_OK && pipe(b->pipe_fds) != 0)
-        status = tb_error_set(TB_ERR_IO, "llm batch: pipe() failed: %s", strerror(errno));
-    for (int i = 0; status == TB_OK && i < 2; i++)
-        if (fcntl(b->pipe_fds[i], F_SETFL, fcntl(b->pipe_fds[i], F_GETFL) | O_NONBLOCK) != 0 ||
-            fcntl(b->pipe_fds[i], F_SETFD, FD_CLOEXEC) != 0)
-            status = tb_error_set(TB_ERR_IO, "llm batch: fcntl() failed: %s", strerror(errno));
-    b->stats.slots = n;
-    b->stats.ctx_size = b->options.ctx_size;
-    b->stats.prefill_chunk = b->options.prefill_chunk;
-    b->stats.batch_tokens = b->options.batch_tokens;
-    b->stats.kv_positions_capacity = b->pool ? b->options.kv_blocks * TB_LLM_KEY_BLOCK : n * b->options.ctx_size;
-    b->stats.kv_blocks = b->pool ? b->options.kv_blocks : 0;
-    if (status == TB_OK) {
-        const int error = pthread_create(&b->thread, NULL, engine_main, b);
-        if (error != 0)
-            status = tb_error_set(TB_ERR_IO, "llm batch: cannot start the engine thread: %s", strerror(error));
-        b->thread_started = error == 0;
-    }
-    if (status != TB_OK) {
-        tb_llm_batch_free(b);
-        return status;
-    }
-    *out = b;
-    return TB_OK;
-}
-
-void tb_llm_batch_free(tb_llm_batch *b) {
-    if (!b)
-        return;
-    if (b->thread_started) {
-        pthread_mutex_lock(&b->lock);
-        b->stop = true;
-        pthread_cond_signal(&b->wake);
-        pthread_mutex_unlock(&b->lock);
-        pthread_join(b->thread, NULL);
-    }
-    for (int64_t i = 0; b->slots && i < b->options.slots; i++) {
-        tb_llm_session_free(b->slots[i].session);
-        tb_llm_sampler_free(b->slots[i].sampler);
-        request_free(b->slots[i].req);
-        free(b->slots[i].counts);
-    }
-    while (b->queue_head) {
-        request *next = b->queue_head->next;
-        request_free(b->queue_head);
-        b->queue_head = next;
-    }
-    for (int i = 0; i < 2; i++)
-        if (b->pipe_fds[i] >= 0)
-            close(b->pipe_fds[i]);
-    tb_llm_kv_pool_free(b->pool); /* after the sessions, which release their blocks into it */
-    free(b->found);
-    tb_llm_step_scratch_free(&b->scratch);
-    tb_llm_token_table_free(&b->tokens);
-    tb_free(b->logits);
-    free(b->slots);
-    free(b->step_sessions);
-    free(b->step_tokens);
-    free(b->step_slots);
-    free(b->events);
-    free(b->local);
-    pthread_cond_destroy(&b->events_ready);
-    pthread_cond_destroy(&b->wake);
-    pthread_mutex_destroy(&b->lock);
-    free(b);
-}
-
-static tb_status check_request(const tb_llm_batch *b, const tb_llm_batch_request *r) {
-    const int64_t vocab = b->model->vocab;
-    if (!r || !r->prompt || r->prompt_count < 1)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: the prompt is empty (it needs at least one token)");
-    if (r->prompt_count > b->options.ctx_size)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: the prompt has %lld tokens but a slot holds %lld "
-                            "(ctx_size)", (long long)r->prompt_count, (long long)b->options.ctx_size);
-    for (int64_t i = 0; i < r->prompt_count; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= vocab)
-            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: prompt token %d at position %lld is outside the "
-                                "vocabulary [0, %lld)", (int)r->prompt[i], (long long)i, (long long)vocab);
-    if (!b->model->gpu && blocks_for(r->prompt_count + 1) > b->options.kv_blocks)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: the prompt has %lld tokens, which with the first "
-                            "generated one need %lld KV blocks of %d positions, but the pool holds %lld (kv_blocks)",
-                            (long long)r->prompt_count, (long long)blocks_for(r->prompt_count + 1), TB_LLM_KEY_BLOCK,
-                            (long long)b->options.kv_blocks);
-    if (r->max_tokens < 1)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: max_tokens must be >= 1, got %lld",
-                            (long long)r->max_tokens);
-    TB_TRY(tb_llm_sampling_check(&r->sampling));
-    if (!(r->presence_penalty >= -2.0f && r->presence_penalty <= 2.0f))
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: presence_penalty must be in [-2, 2], got %g",
-                            (double)r->presence_penalty);
-    if (!(r->frequency_penalty >= -2.0f && r->frequency_penalty <= 2.0f))
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: frequency_penalty must be in [-2, 2], got %g",
-                            (double)r->frequency_penalty);
-    if (r->stop_count < 0 || (r->stop_count > 0 && !r->stop_ids))
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: bad stop token list");
-    for (int64_t i = 0; i < r->stop_count; i++)
-        if (r->stop_ids[i] < 0 || r->stop_ids[i] >= vocab)
-            return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: stop token %d is outside the vocabulary [0, %lld)",
-                                (int)r->stop_ids[i], (long long)vocab);
-    if (r->logprobs < -1 || r->logprobs > TB_LLM_BATCH_TOP_LOGPROBS)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: logprobs must be in [-1, %d], got %d",
-                            TB_LLM_BATCH_TOP_LOGPROBS, (int)r->logprobs);
-    if (r->constraint != TB_LLM_CONSTRAINT_NONE && r->constraint != TB_LLM_CONSTRAINT_JSON_OBJECT)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT, "llm batch: unknown constraint %d", (int)r->constraint);
-    if (r->constraint != TB_LLM_CONSTRAINT_NONE && !b->tokens.offsets)
-        return tb_error_set(TB_ERR_INVALID_ARGUMENT,
-                            "llm batch: a JSON constraint needs the engine to be created with the tokenizer");
-    return TB_OK;
-}
-
-tb_status tb_llm_batch_submit(tb_llm_batch *b, const tb_llm_batch_request *desc, uint64_t *id) {
-    *id = 0;
-    TB_TRY(check_request(b, desc));
-    request *r = calloc(1, sizeof *r);
-    if (r) {
-        r->prompt = malloc((size_t)desc->prompt_count * sizeof *r->prompt);
-        r->stop_ids = malloc((size_t)(desc->stop_count > 0 ? desc->stop_count : 1) * sizeof *r->stop_ids);
-    }
-    if (!r || !r->prompt || !r->stop_ids) {
-        request_free(r);
-        return tb_error_set(TB_ERR_OUT_OF_MEMORY, "llm batch: out of memory");
-    }
-    memcpy(r->prompt, desc->prompt, (size_t)desc->prompt_count * sizeof *r->prompt);
-    if (desc->stop_count > 0)
-        memcpy(r->stop_ids, desc->stop_ids, (size_t)desc->stop_count * sizeof *r->stop_ids);
-    r->prompt_count = desc->prompt_count;
-    r->stop_count = desc->stop_count;
-    r->max_tokens = desc->max_tokens;
-    r->sampling = desc->sampling;
-    r->presence_penalty = desc->presence_penalty;
-    r->frequency_penalty = desc->frequency_penalty;
-    r->logprobs = desc->logprobs;
-    r->constraint = desc->constraint;
-    pthread_mutex_lock(&b->lock);
-    r->id = b->next_id++;
-    if (b->queue_tail)
-        b->queue_tail->next = r;
-    else
-        b->queue_head = r;
-    b->queue_tail = r;
-    b->stats.queued++;
-    b->stats.requests_submitted++;
-    *id = r->id;
-    pthread_cond_signal(&b->wake);
-    pthread_mutex_unlock(&b->lock);
-    return TB_OK;
-}
-
-void tb_llm_batch_cancel(tb_llm_batch *b, uint64_t id) {
-    pthread_mutex_lock(&b->lock);
-    for (request *r = b->queue_head; r; r = r->next)
-        if (r->id == id)
-            r->cancelled = true;
-    for (int64_t i = 0; i < b->options.slots; i++)
-        if (b->slots[i].req && b->slots[i].req->id == id)
-            b->slots[i].req->cancelled = true;
-    pthread_cond_signal(&b->wake);
-    pthread_mutex_unlock(&b->lock);
-}
-
-int64_t tb_llm_batch_poll(tb_llm_batch *b, tb_llm_batch_event *events, int64_t capacity) {
-    pthread_mutex_lock(&b->lock);
-    int64_t n = b->event_count - b->event_head;
-    n = n < capacity ? n : capacity;
-    if (n > 0)
-        memcpy(events, b->events + b->event_head, (size_t)n * sizeof *events);
-    b->event_head += n;
-    if (b->event_head == b->event_count) { /* drained: the fd stops being readable */
-        char bytes[64];
-        while (read(b->pipe_fds[0], bytes, sizeof bytes) > 0) {
-        }
-        b->event_head = b->event_count = 0;
-    }
-    pthread_mutex_unlock(&b->lock);
-    return n;
-}
-
-bool tb_llm_batch_wait(tb_llm_batch *b, double timeout_seconds) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    const double whole = floor(timeout_seconds > 0 ? timeout_seconds : 0);
-    deadline.tv_sec += (time_t)whole;
-    deadline.tv_nsec += (long)((timeout_seconds - whole) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&b->lock);
-    while (b->event_head == b->event_count)
-        if (pthread_cond_timedwait(&b->events_ready, &b->lock, &deadline) != 0)
-            break;
-    const bool pending = b->event_head < b->event_count;
-    pthread_mutex_unlock(&b->lock);
-    return pending;
-}
-
-int tb_llm_batch_notify_fd(const tb_llm_batch *b) { return b->pipe_fds[0]; }
-
-void tb_llm_batch_get_stats(tb_llm_batch *b, tb_llm_batch_stats *out) {
-    pthread_mutex_lock(&b->lock);
-    *out = b->stats;
-    pthread_mutex_unlock(&b->lock);
 }
