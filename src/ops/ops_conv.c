@@ -372,11 +372,15 @@ static conv_path choose_path(const tb_conv_shape *s, tb_conv_gemm *plan) {
         return images ? CONV_PACKED_IMAGES : CONV_POINTWISE;
     if (s->groups > 1 && s->in_per_group == 1)
         return CONV_PLANES;
-    /* The direct path needs rows of a stride it handles and pays per output row: rows narrower
-     * than most of a vector go through im2col panels, which pack several rows into one tile. */
+    /* The direct path needs rows of a stride and depth it is chosen for (per CPU, nn_dispatch.c) and
+     * pays per output row: rows narrower than most of a vector go through im2col panels, which pack
+     * several rows into one tile. */
     const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
     const tb_window_geometry *g = &s->geometry;
-    if (kernels->conv_direct && g->stride_w <= kernels->conv_direct_max_stride &&
+    const int max_stride = kernels->conv_direct_choose_max_stride ? kernels->conv_direct_choose_max_stride
+                                                                  : kernels->conv_direct_max_stride;
+    if (kernels->conv_direct && g->stride_w <= max_stride &&
+        (kernels->conv_direct_choose_max_k == 0 || s->k <= kernels->conv_direct_choose_max_k) &&
         s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS && s->out_w >= kernels->conv_direct_lanes * 3 / 4) {
         /* the direct path splits only columns: when that leaves threads idle (batch 1, small planes,
          * many channels) the packed path, which also splits output channels, wins */
