@@ -96,14 +96,13 @@ static void unpack_panel(const tb_quant_weight *w, int64_t n0, int64_t nc, int64
         }
     }
     /* B[quad][column] = the 4 bytes of k = 32b + 4 quad .. + 3 of that column: a 16 x 8 dword transpose */
-    const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32((int)kp));
     for (int64_t b = 0; b < kb; b++)
         for (int half = 0; half < 2; half++) {
             const int8_t *base = rows + half * LANES * kp + 32 * b;
-            unsigned char *tile = tiles + (b * 2 + half) * TILE_BLOCK_BYTES;
-            for (int quad = 0; quad < 8; quad++)
-                _mm512_storeu_si512(tile + 64 * quad, _mm512_i32gather_epi32(offsets, base + 4 * quad, 1));
+            __m256i q[LANES];
+            for (int c = 0; c < LANES; c++)
+                q[c] = _mm256_loadu_si256((const __m256i *)(base + c * kp));
+            tb_llm_transpose16x8_avx512vnni(q, tiles + (b * 2 + half) * TILE_BLOCK_BYTES, 64);
         }
 }
 

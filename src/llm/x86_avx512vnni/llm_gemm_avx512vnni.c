@@ -48,28 +48,7 @@ void tb_llm_gemm_prepare_avx512vnni(const float *x, int64_t x_stride, int64_t m,
                 q[i] = row < m ? _mm256_xor_si256(tb_llm_quantize32_avx512vnni(x + row * x_stride + 32 * b, n, &block_scales[i]), flip)
                                : flip; /* padding: xq = 0 */
             }
-            __m512i z[8], t[8], u[8];
-            for (int i = 0; i < 8; i++)
-                z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(q[i]), q[i + 8], 1);
-            for (int i = 0; i < 8; i += 2) {
-                t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
-                t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
-            }
-            for (int i = 0; i < 8; i += 4) { /* per 128-bit lane: rows i..i+3 of quads (l, l + 4) */
-                u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-                u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-                u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-                u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-            }
-            for (int quad = 0; quad < 4; quad++) {
-                /* [u_lo.lane0 | u_lo.lane2 | u_hi.lane0 | u_hi.lane2] then reorder to rows 0-3, 4-7, 8-11, 12-15 */
-                const __m512i low = _mm512_shuffle_i32x4(u[quad], u[quad + 4], _MM_SHUFFLE(2, 0, 2, 0));
-                const __m512i high = _mm512_shuffle_i32x4(u[quad], u[quad + 4], _MM_SHUFFLE(3, 1, 3, 1));
-                _mm512_storeu_si512(xt + ((b * 8 + quad) * mp + row0) * 4,
-                                    _mm512_shuffle_i32x4(low, low, _MM_SHUFFLE(3, 1, 2, 0)));
-                _mm512_storeu_si512(xt + ((b * 8 + quad + 4) * mp + row0) * 4,
-                                    _mm512_shuffle_i32x4(high, high, _MM_SHUFFLE(3, 1, 2, 0)));
-            }
+            tb_llm_transpose16x8_avx512vnni(q, xt + (b * 8 * mp + row0) * 4, mp * 4);
             memcpy(scales + b * mp + row0, block_scales, sizeof block_scales);
         }
     }

@@ -59,9 +59,37 @@ TB_INLINE __m256i tb_llm_quantize32_avx512vnni(const float *x, int64_t n, float 
     return _mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1);
 }
 
+/* 16 rows of 8 dwords (q[i]: row i, e.g. 32 int8 of one k block) -> 8 stores of 16 dwords: out + quad *
+ * stride holds dword `quad` of rows 0..15 (the VNNI GEMM's transposed activations, the AMX B tile). Rows
+ * i and i + 8 share a zmm, each half is transposed 8 x 8, then the halves are put back in row order. */
+TB_INLINE void tb_llm_transpose16x8_avx512vnni(const __m256i q[16], unsigned char *out, int64_t stride) {
+    __m512i z[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(q[i]), q[i + 8], 1);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* per 128-bit lane: rows i..i+3 of quads (l, l + 4) */
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int quad = 0; quad < 4; quad++) {
+        /* [u_lo.lane0 | u_lo.lane2 | u_hi.lane0 | u_hi.lane2] then reorder to rows 0-3, 4-7, 8-11, 12-15 */
+        const __m512i low = _mm512_shuffle_i32x4(u[quad], u[quad + 4], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i high = _mm512_shuffle_i32x4(u[quad], u[quad + 4], _MM_SHUFFLE(3, 1, 3, 1));
+        _mm512_storeu_si512(out + quad * stride, _mm512_shuffle_i32x4(low, low, _MM_SHUFFLE(3, 1, 2, 0)));
+        _mm512_storeu_si512(out + (quad + 4) * stride,
+                            _mm512_shuffle_i32x4(high, high, _MM_SHUFFLE(3, 1, 2, 0)));
+    }
+}
+
 /* One weight row as s8 q values (zero past K, up to kb * 32) and, when `corrections` is not NULL,
  * 128 * sum(q) per 32-block (the +128 offset of the u8 activations of the VNNI GEMM). */
-TB_INLINE void tb_llm_unpack_row_avx512vnni(const tb_quant_weight *w, int64_t n, int64_t kb, int8_t *q, int32_t *corrections) {
+TB_INLINE void tb_llm_unpack_row_avx512vnni(const tb_quant_weight *w, int64_t n, int64_t kb, int8_t *q,
+                                            int32_t *corrections) {
     const uint8_t *row = (const uint8_t *)w->data + n * w->row_bytes;
     const int64_t k = w->k;
     if (w->type == TB_QUANT_INT4) {
