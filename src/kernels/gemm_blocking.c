@@ -122,14 +122,14 @@ void tb_kernel_variants(tb_isa isa, char gemm_f32[160], char gemm_bf16[96], char
              (long long)b.kc, (long long)b.nc, b.source);
     snprintf(gemm_bf16, 96, "%s", tb_gemm_bf16_variant(isa));
     const tb_nn_kernels *nn = tb_nn_kernels_for(isa);
+    const tb_conv_direct_choice choice = tb_conv_direct_choice_for(nn);
     char depth[32] = "";
-    if (nn->conv_direct_choose_max_k > 0)
-        snprintf(depth, sizeof depth, ", K <= %lld", (long long)nn->conv_direct_choose_max_k);
+    if (choice.max_k > 0)
+        snprintf(depth, sizeof depth, ", K <= %lld", (long long)choice.max_k);
     if (nn->conv_direct)
         snprintf(conv, 160, "direct %s %dx%d (stride <= %d%s), else implicit-GEMM %s %dx%d kc=%lld", uk->isa_name,
-                 nn->conv_direct_rows, nn->conv_direct_lanes,
-                 nn->conv_direct_choose_max_stride ? nn->conv_direct_choose_max_stride : nn->conv_direct_max_stride, depth, uk->isa_name, uk->mr,
-                 uk->nr, (long long)b.kc);
+                 nn->conv_direct_rows, nn->conv_direct_lanes, choice.max_stride, depth, uk->isa_name, uk->mr, uk->nr,
+                 (long long)b.kc);
     else
         snprintf(conv, 160, "implicit-GEMM %s %dx%d kc=%lld", uk->isa_name, uk->mr, uk->nr, (long long)b.kc);
     /* The LLM's int8-activation matmul family, chosen as llm/llm_qmatmul.c chooses it. */

@@ -34,34 +34,31 @@ static const tb_nn_kernels nn_kernels_avx512 = {
     .conv_direct_rows = 14,
     .conv_direct_max_stride = 2,
 };
-
-/* Intel's AVX-512 cores (measured on a Xeon with AMX, family 6 model 167, docs/benchmarks.md
- * 2026-12-04 21:40): the im2col + GEMM path beat the direct one on every stride-2 row (3x3/2 1.40x,
- * 7x7/2 1.22x) and on 3x3/1 at 64 channels (1.15x); the direct path kept its lead only for shallow
- * convolutions (16 channels 3x3, K = 144: 1.19x). ResNet-18 batch 8 went from 1.02x to 1.27x eager.
- * AMD Zen 5 measured the direct path ahead, so the other vendors keep the table above. */
-static const tb_nn_kernels nn_kernels_avx512_intel = {
-    .isa_name = "avx512",
-    .im2col_panel = tb_im2col_panel_avx512,
-    .conv2d_plane = tb_conv2d_plane_avx512,
-    .max_pool2d_plane = tb_max_pool2d_plane_avx512,
-    .conv_direct = tb_conv_direct_avx512,
-    .conv_direct_lanes = 16,
-    .conv_direct_rows = 14,
-    .conv_direct_max_stride = 2,
-    .conv_direct_choose_max_stride = 1,
-    .conv_direct_choose_max_k = 256,
-};
 #endif
 
 const tb_nn_kernels *tb_nn_kernels_for(tb_isa isa) {
 #if defined(TB_HAVE_X86)
     if (isa == TB_ISA_AVX512 && tb_isa_supported(TB_ISA_AVX512))
-        return strcmp(tb_cpu_get_features()->vendor, "GenuineIntel") == 0 ? &nn_kernels_avx512_intel
-                                                                           : &nn_kernels_avx512;
+        return &nn_kernels_avx512;
     if (isa == TB_ISA_AVX2 && tb_isa_supported(TB_ISA_AVX2))
         return &nn_kernels_avx2;
 #endif
     (void)isa;
     return &nn_kernels_ref;
+}
+
+/* Intel's AVX-512 cores (measured on a Xeon with AMX, family 6 model 167, docs/benchmarks.md
+ * 2026-12-04): the im2col + GEMM path beat the direct one on every stride-2 row (3x3/2 1.40x, 7x7/2
+ * 1.22x) and on 3x3/1 at 64 channels (1.15x); the direct path kept its lead only for shallow
+ * convolutions (16 channels 3x3, K = 144: 1.19x). ResNet-18 batch 8 went from 1.02x to 1.22x eager.
+ * AMD Zen 5 measured the direct path ahead, so other vendors take it wherever it handles the stride. */
+tb_conv_direct_choice tb_conv_direct_choice_for(const tb_nn_kernels *kernels) {
+    tb_conv_direct_choice choice = {.max_stride = kernels->conv_direct_max_stride, .max_k = 0};
+#if defined(TB_HAVE_X86)
+    if (kernels == &nn_kernels_avx512 && strcmp(tb_cpu_get_features()->vendor, "GenuineIntel") == 0) {
+        choice.max_stride = 1;
+        choice.max_k = 256;
+    }
+#endif
+    return choice;
 }

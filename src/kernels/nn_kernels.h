@@ -201,11 +201,16 @@ typedef struct tb_nn_kernels {
     int conv_direct_lanes;         /* its slot width */
     int conv_direct_rows;          /* its weight panel height limit */
     int conv_direct_max_stride;    /* the largest stride_w it handles */
-    /* Where convolutions take it (ops_conv.c), when narrower than what it handles (0: no narrower limit):
-     * the largest stride_w and GEMM depth (in_per_group * kh * kw) it is chosen for on this CPU. */
-    int conv_direct_choose_max_stride;
-    int64_t conv_direct_choose_max_k;
 } tb_nn_kernels;
+
+/* Which convolutions take the direct path on this CPU (ops_conv.c; cpu_info names it): stride_w up to
+ * max_stride and GEMM depth (in_per_group * kh * kw) up to max_k (0: any). A measured per-vendor rule. */
+typedef struct tb_conv_direct_choice {
+    int max_stride;
+    int64_t max_k;
+} tb_conv_direct_choice;
+
+tb_conv_direct_choice tb_conv_direct_choice_for(const tb_nn_kernels *kernels);
 
 void tb_im2col_panel_ref(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel);
 void tb_im2col_panel_avx2(const tb_window_geometry *g, const float *x, int64_t j0, int cols, int nr, float *panel);

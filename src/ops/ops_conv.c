@@ -377,10 +377,8 @@ static conv_path choose_path(const tb_conv_shape *s, tb_conv_gemm *plan) {
      * several rows into one tile. */
     const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
     const tb_window_geometry *g = &s->geometry;
-    const int max_stride = kernels->conv_direct_choose_max_stride ? kernels->conv_direct_choose_max_stride
-                                                                  : kernels->conv_direct_max_stride;
-    if (kernels->conv_direct && g->stride_w <= max_stride &&
-        (kernels->conv_direct_choose_max_k == 0 || s->k <= kernels->conv_direct_choose_max_k) &&
+    const tb_conv_direct_choice choice = tb_conv_direct_choice_for(kernels);
+    if (kernels->conv_direct && g->stride_w <= choice.max_stride && (choice.max_k == 0 || s->k <= choice.max_k) &&
         s->kernel_h * s->kernel_w <= TB_CONV_DIRECT_MAX_TAPS && s->out_w >= kernels->conv_direct_lanes * 3 / 4) {
         /* the direct path splits only columns: when that leaves threads idle (batch 1, small planes,
          * many channels) the packed path, which also splits output channels, wins */
