@@ -81,6 +81,18 @@ static void store_double(char *p, tb_dtype dtype, double v) {
     }
 }
 
+/* Writes n copies of the size-byte value at `value` to dst (size divides 64): whole 64-byte blocks of
+ * the repeated value, which compilers turn into vector stores, and the tail. */
+static void fill_repeated(char *dst, const char *value, size_t size, int64_t n) {
+    char block[64];
+    for (size_t i = 0; i < sizeof block; i += size)
+        memcpy(block + i, value, size);
+    size_t total = (size_t)n * size, done = 0;
+    for (; done + sizeof block <= total; done += sizeof block)
+        memcpy(dst + done, block, sizeof block);
+    memcpy(dst + done, block, total - done);
+}
+
 /* Copies n elements of the last dim from src to dst. */
 static void copy_row(const copy_plan *plan, char *dst, const char *src, int64_t n) {
     int last = plan->ndim - 1;
@@ -89,6 +101,10 @@ static void copy_row(const copy_plan *plan, char *dst, const char *src, int64_t 
     if (plan->dst_dtype == plan->src_dtype) {
         if (ds == (int64_t)dsize && ss == (int64_t)ssize) {
             memcpy(dst, src, (size_t)n * dsize);
+            return;
+        }
+        if (ds == (int64_t)dsize && ss == 0 && 64 % dsize == 0) { /* a broadcast value: fill */
+            fill_repeated(dst, src, dsize, n);
             return;
         }
         switch (dsize) {

@@ -709,6 +709,75 @@ static double binary_grad_value(int op, int which, double a, double b, double y,
     }
 }
 
+/* The float32 gradient of a product, grad * other, read in place with broadcasting (no double
+ * staging of grad, a, b and y): the double evaluation below rounds to the same float, since the
+ * product of two floats is exact in double. False where that path applies instead. */
+static bool try_f32_product_grad(tb_pw_binary op, int which, const tb_tensor *grad, tb_eager_operand a,
+                                 tb_eager_operand b, tb_tensor *out, tb_status *status) {
+    const tb_tensor *other = which == 0 ? b.tensor : a.tensor;
+    if (op != TB_PWB_MUL || out->storage || !other || other->dtype != TB_F32 || grad->dtype != TB_F32 ||
+        grad->ndim == 0)
+        return false;
+    tb_tensor expanded;
+    if (tb_tensor_expand(other, grad->ndim, grad->shape, &expanded) != TB_OK) {
+        tb_error_clear();
+        return false; /* the general path reports the shape error */
+    }
+    *status = tb_tensor_empty(TB_F32, grad->ndim, grad->shape, TB_ALLOC_DEFAULT, out);
+    if (*status == TB_OK) {
+        /* dims merged where grad and other both allow it; out is contiguous */
+        int ndim = 0;
+        int64_t shape[TB_MAX_DIMS], gs[TB_MAX_DIMS], os[TB_MAX_DIMS];
+        for (int d = 0; d < grad->ndim; d++) {
+            if (grad->shape[d] == 1)
+                continue;
+            if (ndim > 0 && gs[ndim - 1] == grad->strides[d] * grad->shape[d] &&
+                os[ndim - 1] == expanded.strides[d] * grad->shape[d]) {
+                shape[ndim - 1] *= grad->shape[d];
+                gs[ndim - 1] = grad->strides[d];
+                os[ndim - 1] = expanded.strides[d];
+                continue;
+            }
+            shape[ndim] = grad->shape[d];
+            gs[ndim] = grad->strides[d];
+            os[ndim] = expanded.strides[d];
+            ndim++;
+        }
+        if (ndim == 0) {
+            shape[0] = 1;
+            gs[0] = os[0] = 0;
+            ndim = 1;
+        }
+        const float *g = tb_tensor_data(grad), *o = tb_tensor_data(&expanded);
+        float *dst = tb_tensor_data(out);
+        const int inner = ndim - 1;
+        const int64_t count = shape[inner], g_step = gs[inner], o_step = os[inner];
+        int64_t index[TB_MAX_DIMS] = {0}, total = tb_tensor_numel(grad);
+        for (int64_t done = 0; done < total; done += count, dst += count) {
+            if (g_step == 1 && o_step == 1)
+                for (int64_t i = 0; i < count; i++)
+                    dst[i] = g[i] * o[i];
+            else if (g_step == 1 && o_step == 0)
+                for (int64_t i = 0; i < count; i++)
+                    dst[i] = g[i] * o[0];
+            else
+                for (int64_t i = 0; i < count; i++)
+                    dst[i] = g[i * g_step] * o[i * o_step];
+            for (int d = inner - 1; d >= 0; d--) {
+                g += gs[d];
+                o += os[d];
+                if (++index[d] < shape[d])
+                    break;
+                g -= gs[d] * shape[d];
+                o -= os[d] * shape[d];
+                index[d] = 0;
+            }
+        }
+    }
+    tb_tensor_release(&expanded);
+    return true;
+}
+
 tb_status tb_eager_binary_backward(tb_pw_binary op, int which, const tb_tensor *grad, tb_eager_operand a,
                                    tb_eager_operand b, const tb_tensor *y, const tb_pw_params *params, tb_tensor *out) {
     tb_pw_params p = params ? *params : (tb_pw_params){.alpha = 1.0};
@@ -720,6 +789,9 @@ tb_status tb_eager_binary_backward(tb_pw_binary op, int which, const tb_tensor *
         tb_tensor_retain(grad, out);
         return TB_OK;
     }
+    tb_status fast_status = TB_OK;
+    if (try_f32_product_grad(op, which, grad, a, b, out, &fast_status))
+        return fast_status;
     tb_staged s[4];
     tb_eager_operand operands[4] = {{.tensor = grad}, a, b, {.tensor = y}};
     int staged = 0;

@@ -274,6 +274,184 @@ static bool try_column_sums(tb_eager_reduce_op op, const tb_tensor *x, uint32_t 
     return true;
 }
 
+/* ---- float32 over any set of dims, read in place ----
+ * The general path below copies x, permuted and widened to double, before reducing. For float32 the
+ * same double accumulation runs on x where it lies: the reduced dims (merged where their strides
+ * allow) are walked for each output element, or, when x's innermost kept dim has stride 1, for a run
+ * of adjacent output elements at once. This serves the [N, C, H, W] -> [C] sums of batch norm and of
+ * a convolution's bias gradient and autograd's broadcast-gradient sums, which the copy made the
+ * largest cost of a small CNN's training step. */
+
+typedef struct f32_walk {
+    const float *data;
+    int kept_ndim; /* kept dims but the run, outermost first (size-1 dims dropped, mergeable ones merged) */
+    int64_t kept_shape[TB_MAX_DIMS], kept_stride[TB_MAX_DIMS];
+    int64_t run; /* output elements read side by side: the innermost kept dim when its stride is 1, else 1 */
+    int reduced_ndim; /* reduced dims, outermost first, merged the same way */
+    int64_t reduced_shape[TB_MAX_DIMS], reduced_stride[TB_MAX_DIMS];
+    int64_t rows, len; /* output elements; elements reduced into each */
+    int out_ndim;
+    int64_t out_shape[TB_MAX_DIMS];
+} f32_walk;
+
+/* Appends dim (size, stride) to a dim list, merged into the previous entry when stepping through the
+ * previous one is stepping `size` times through this one (the offsets they reach are then one
+ * arithmetic run). */
+static void walk_append(int *ndim, int64_t *shape, int64_t *stride, int64_t size, int64_t step) {
+    if (*ndim > 0 && stride[*ndim - 1] == size * step) {
+        shape[*ndim - 1] *= size;
+        stride[*ndim - 1] = step;
+        return;
+    }
+    shape[*ndim] = size;
+    stride[*ndim] = step;
+    (*ndim)++;
+}
+
+/* Describes reducing float32 x over dim_mask (0: every dim); false where the general path applies
+ * (other dtypes, 0-dim or empty tensors, out-of-range dims: it reports those). */
+static bool f32_walk_init(const tb_tensor *x, uint32_t dim_mask, bool keepdim, f32_walk *w) {
+    memset(w, 0, sizeof *w);
+    if (x->dtype != TB_F32 || x->ndim == 0 || (x->ndim < 32 && dim_mask >> x->ndim))
+        return false;
+    uint32_t mask = dim_mask == 0 ? (uint32_t)((1u << x->ndim) - 1) : dim_mask;
+    w->rows = w->len = w->run = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        bool reduced = mask >> d & 1;
+        if (!reduced || keepdim)
+            w->out_shape[w->out_ndim++] = reduced ? 1 : x->shape[d];
+        if (reduced)
+            w->len *= x->shape[d];
+        else
+            w->rows *= x->shape[d];
+        if (x->shape[d] == 1)
+            continue;
+        if (reduced)
+            walk_append(&w->reduced_ndim, w->reduced_shape, w->reduced_stride, x->shape[d], x->strides[d]);
+        else
+            walk_append(&w->kept_ndim, w->kept_shape, w->kept_stride, x->shape[d], x->strides[d]);
+    }
+    if (w->rows == 0 || w->len == 0)
+        return false;
+    if (w->kept_ndim > 0 && w->kept_stride[w->kept_ndim - 1] == 1) {
+        w->run = w->kept_shape[w->kept_ndim - 1];
+        w->kept_ndim--;
+    }
+    w->data = (const float *)tb_tensor_data(x);
+    return true;
+}
+
+/* Sum of count floats step apart (of their squared distances to mean when squares), in double; four
+ * partial sums break the add latency chain. */
+static inline double strided_sum(const float *p, int64_t count, int64_t step, bool squares, double mean) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    if (squares) {
+        for (; i + 4 <= count; i += 4) {
+            double v0 = (double)p[i * step] - mean, v1 = (double)p[(i + 1) * step] - mean;
+            double v2 = (double)p[(i + 2) * step] - mean, v3 = (double)p[(i + 3) * step] - mean;
+            s0 += v0 * v0;
+            s1 += v1 * v1;
+            s2 += v2 * v2;
+            s3 += v3 * v3;
+        }
+        for (; i < count; i++) {
+            double v = (double)p[i * step] - mean;
+            s0 += v * v;
+        }
+    } else {
+        for (; i + 4 <= count; i += 4) {
+            s0 += (double)p[i * step];
+            s1 += (double)p[(i + 1) * step];
+            s2 += (double)p[(i + 2) * step];
+            s3 += (double)p[(i + 3) * step];
+        }
+        for (; i < count; i++)
+            s0 += (double)p[i * step];
+    }
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* acc[j] += the sum, over every reduced index, of p[j] (or of (p[j] - mean[j])^2 when mean is given)
+ * for j < width; p points at the first reduced element of the first output element. */
+static void f32_walk_accumulate(const f32_walk *w, const float *p, int64_t width, const double *mean, double *acc) {
+    int64_t index[TB_MAX_DIMS] = {0};
+    const int inner = w->reduced_ndim - 1;
+    const int64_t count = inner >= 0 ? w->reduced_shape[inner] : 1, step = inner >= 0 ? w->reduced_stride[inner] : 0;
+    for (;;) {
+        if (width == 1) {
+            acc[0] += step == 1 ? strided_sum(p, count, 1, mean != NULL, mean ? mean[0] : 0.0)
+                                : strided_sum(p, count, step, mean != NULL, mean ? mean[0] : 0.0);
+        } else {
+            for (int64_t i = 0; i < count; i++) {
+                const float *q = p + i * step;
+                if (mean)
+                    for (int64_t j = 0; j < width; j++) {
+                        double v = (double)q[j] - mean[j];
+                        acc[j] += v * v;
+                    }
+                else
+                    for (int64_t j = 0; j < width; j++)
+                        acc[j] += (double)q[j];
+            }
+        }
+        int d = inner - 1;
+        for (; d >= 0; d--) {
+            p += w->reduced_stride[d];
+            if (++index[d] < w->reduced_shape[d])
+                break;
+            p -= w->reduced_stride[d] * w->reduced_shape[d];
+            index[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+typedef enum { WALK_SUM, WALK_MEAN, WALK_VAR } walk_kind;
+
+/* out = float32 sum, mean or variance (divisor len - correction, sqrt if take_sqrt) of w's reduction,
+ * each accumulated in double and rounded once. */
+static tb_status f32_walk_reduce(const f32_walk *w, walk_kind kind, double correction, bool take_sqrt, tb_tensor *out) {
+    TB_TRY(tb_tensor_empty(TB_F32, w->out_ndim, w->out_shape, TB_ALLOC_DEFAULT, out));
+    enum { CHUNK = 256 };
+    double acc[CHUNK], mean[CHUNK];
+    int64_t index[TB_MAX_DIMS] = {0};
+    float *y = tb_tensor_data(out);
+    const float *base = w->data;
+    const double len = (double)w->len, denom = len - correction;
+    for (int64_t row = 0; row < w->rows; row += w->run) {
+        for (int64_t j0 = 0; j0 < w->run; j0 += CHUNK) {
+            int64_t width = w->run - j0 < CHUNK ? w->run - j0 : CHUNK;
+            memset(acc, 0, sizeof(double) * (size_t)width);
+            f32_walk_accumulate(w, base + j0, width, NULL, acc);
+            float *dst = y + row + j0;
+            if (kind != WALK_VAR) {
+                for (int64_t j = 0; j < width; j++)
+                    dst[j] = (float)(kind == WALK_MEAN ? acc[j] / len : acc[j]);
+                continue;
+            }
+            for (int64_t j = 0; j < width; j++)
+                mean[j] = acc[j] / len;
+            memset(acc, 0, sizeof(double) * (size_t)width);
+            f32_walk_accumulate(w, base + j0, width, mean, acc);
+            for (int64_t j = 0; j < width; j++) {
+                /* N - correction <= 0 divides by zero, as torch does: inf, or NaN for 0/0 */
+                double v = acc[j] / (denom > 0 ? denom : 0.0);
+                dst[j] = (float)(take_sqrt ? sqrt(v) : v);
+            }
+        }
+        for (int d = w->kept_ndim - 1; d >= 0; d--) {
+            base += w->kept_stride[d];
+            if (++index[d] < w->kept_shape[d])
+                break;
+            base -= w->kept_stride[d] * w->kept_shape[d];
+            index[d] = 0;
+        }
+    }
+    return TB_OK;
+}
+
 tb_status tb_eager_reduce(tb_eager_reduce_op op, const tb_tensor *x, uint32_t dim_mask, bool keepdim, tb_dtype out_dtype,
                           tb_tensor *out) {
     memset(out, 0, sizeof *out);
@@ -285,6 +463,10 @@ tb_status tb_eager_reduce(tb_eager_reduce_op op, const tb_tensor *x, uint32_t di
      * take it only when they are large enough for the difference to be a rounding one */
     if (try_simd_rows(op, x, dim_mask, keepdim, out_dtype, out))
         return TB_OK;
+    f32_walk walk;
+    if ((op == TB_EAGER_REDUCE_SUM || op == TB_EAGER_REDUCE_MEAN) && out_dtype == TB_F32 &&
+        f32_walk_init(x, dim_mask, keepdim, &walk))
+        return f32_walk_reduce(&walk, op == TB_EAGER_REDUCE_MEAN ? WALK_MEAN : WALK_SUM, 0.0, false, out);
     tb_domain in_domain = tb_domain_of(x->dtype);
     bool int_math = tb_domain_of(out_dtype) == TB_DOMAIN_I64 && in_domain == TB_DOMAIN_I64;
     tb_domain domain = int_math ? TB_DOMAIN_I64 : TB_DOMAIN_F64;
@@ -326,6 +508,9 @@ tb_status tb_eager_reduce(tb_eager_reduce_op op, const tb_tensor *x, uint32_t di
 tb_status tb_eager_var(const tb_tensor *x, uint32_t dim_mask, double correction, bool keepdim, bool take_sqrt,
                        tb_tensor *out) {
     memset(out, 0, sizeof *out);
+    f32_walk walk;
+    if (f32_walk_init(x, dim_mask, keepdim, &walk))
+        return f32_walk_reduce(&walk, WALK_VAR, correction, take_sqrt, out);
     reduce_layout layout;
     TB_TRY(make_layout(x, dim_mask, keepdim, TB_DOMAIN_F64, &layout));
     tb_tensor result;
