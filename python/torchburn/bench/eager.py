@@ -204,12 +204,24 @@ def _program_loop_seconds(path: Any, backend: str, threads: int, steps: int) -> 
     return out["loop_seconds"]
 
 
-def _program_steps_per_s(path: Any, backend: str, threads: int, steps: int) -> float:
+def _program_steps_per_s(path: Any, backend: str, threads: int, steps: int, min_seconds: float = 0.3) -> float:
     """Steady-state steps/s: (steps - 10) / (loop seconds of steps - loop seconds of 10 steps), so the
-    first steps' one-time costs (lazy initialisation, allocator warm-up) cancel out."""
-    long = _program_loop_seconds(path, backend, threads, steps)
-    short = _program_loop_seconds(path, backend, threads, 10)
-    return (steps - 10) / max(long - short, 1e-9)
+    first steps' one-time costs (lazy initialisation, allocator warm-up) cancel out. A program whose
+    steps take less than min_seconds beyond the first 10 is run longer (up to 100x the steps), so that
+    the jitter of those one-time costs stays small against the difference; a difference that is still
+    not positive is an error, never a made-up rate."""
+    cap = steps * 100
+    while True:
+        long = _program_loop_seconds(path, backend, threads, steps)
+        short = _program_loop_seconds(path, backend, threads, 10)
+        difference = long - short
+        if difference >= min_seconds or steps >= cap:
+            break
+        steps = min(cap, int(steps * 1.5 * min_seconds / max(difference, 1e-3)) + 1)
+    if difference <= 0:
+        raise RuntimeError(f"{path.name} under {backend}: {steps} steps took {long:.4f} s, no longer than "
+                           f"10 steps ({short:.4f} s); the machine is too noisy to measure it")
+    return (steps - 10) / difference
 
 
 def _fmt(s: float) -> str:
@@ -285,7 +297,8 @@ def training(seconds: float, runs: int, only: Optional[List[str]], steps: int) -
     print(f"CPU: {info['brand']} ({info['vendor']}), ISA {info['isa']}, {os.cpu_count()} logical CPUs; "
           f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}")
     print(f"programs: tests/programs/*.py as plain scripts (one process per run); steady-state steps/s = "
-          f"{steps - 10} / (loop seconds of {steps} steps - loop seconds of 10 steps), median of {runs} runs")
+          f"(N - 10) / (loop seconds of N steps - loop seconds of 10 steps), N = {steps} or more for a program "
+          f"faster than 0.3 s, median of {runs} runs")
     print()
     print("| workload | threads | turbo_torch | torch eager | ratio | target |")
     print("|---|---|---|---|---|---|")
