@@ -23,6 +23,10 @@ static inline __attribute__((always_inline)) void tile_rows(const int ROWS, int6
     for (int i = 0; i < ROWS; i++) {
         acc0[i] = _mm256_setzero_ps();
         acc1[i] = _mm256_setzero_ps();
+        /* the C tile is read (beta != 0, later k blocks) and written after the k loop: fetch its
+         * lines now so that their misses overlap the loop instead of following it */
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + NR - 1), _MM_HINT_T0);
     }
 #pragma GCC unroll 4
     for (int64_t p = 0; p < kc; p++) {
