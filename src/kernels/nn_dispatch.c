@@ -51,7 +51,10 @@ const tb_nn_kernels *tb_nn_kernels_for(tb_isa isa) {
  * 2026-12-04): the im2col + GEMM path beat the direct one on every stride-2 row (3x3/2 1.40x, 7x7/2
  * 1.22x) and on 3x3/1 at 64 channels (1.15x); the direct path kept its lead only for shallow
  * convolutions (16 channels 3x3, K = 144: 1.19x). ResNet-18 batch 8 went from 1.02x to 1.22x eager.
- * AMD Zen 5 measured the direct path ahead, so other vendors take it wherever it handles the stride. */
+ * AMD Zen 5 measured the direct path ahead, so other vendors take it wherever it handles the stride.
+ * The AVX2 direct kernel (6 rows x 8 lanes) is taken up to K = 576 on every vendor: on Zen 3 (family 25
+ * model 1, 2026-12-07) im2col + GEMM ran the 3x3/1 convolutions of 128 and 256 channels (K = 1152, 2304)
+ * 1.5-1.9x faster, tied at 64 channels (K = 576), and lost at 16 (K = 144: 1.3 vs 0.7-0.9 ms). */
 tb_conv_direct_choice tb_conv_direct_choice_for(const tb_nn_kernels *kernels) {
     tb_conv_direct_choice choice = {.max_stride = kernels->conv_direct_max_stride, .max_k = 0};
 #if defined(TB_HAVE_X86)
@@ -59,6 +62,8 @@ tb_conv_direct_choice tb_conv_direct_choice_for(const tb_nn_kernels *kernels) {
         choice.max_stride = 1;
         choice.max_k = 256;
     }
+    if (kernels == &nn_kernels_avx2)
+        choice.max_k = 576;
 #endif
     return choice;
 }
