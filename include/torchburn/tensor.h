@@ -149,6 +149,10 @@ TB_API TB_NODISCARD tb_status tb_tensor_contiguous(const tb_tensor *src, tb_dtyp
 /* The broadcast of two shapes (NumPy rules), or TB_ERR_SHAPE naming both. */
 TB_API TB_NODISCARD tb_status tb_broadcast_shapes(int ndim_a, const int64_t *shape_a, int ndim_b,
                                                   const int64_t *shape_b, int *ndim_out, int64_t *shape_out);
+/* Merges, in place, the dims of `shape` that two operands walked with strides_a and strides_b (in any
+ * one unit each) can both step through as one (stride[d - 1] == stride[d] * shape[d] for both), and
+ * drops size-1 dims; returns the number of dims left, 0 when every dim had size 1. */
+TB_API int tb_dims_merge(int ndim, int64_t *shape, int64_t *strides_a, int64_t *strides_b);
 /* Counts copies made because a layout or dtype conversion was unavoidable (stats). */
 TB_API uint64_t tb_tensor_copy_count(void);
 TB_API void tb_tensor_note_copy(void);

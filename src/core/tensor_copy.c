@@ -152,24 +152,29 @@ static void copy_rows(void *context, int64_t begin, int64_t end, int thread_inde
     }
 }
 
-/* Merges adjacent dims d-1, d when both operands are contiguous across them; drops size-1 dims. */
-static void simplify(copy_plan *plan) {
+/* Contract in torchburn/tensor.h. */
+int tb_dims_merge(int ndim, int64_t *shape, int64_t *strides_a, int64_t *strides_b) {
     int out = 0;
-    for (int d = 0; d < plan->ndim; d++) {
-        if (plan->shape[d] == 1)
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1)
             continue;
-        if (out > 0 && plan->dst_strides[out - 1] == plan->dst_strides[d] * plan->shape[d] &&
-            plan->src_strides[out - 1] == plan->src_strides[d] * plan->shape[d]) {
-            plan->shape[out - 1] *= plan->shape[d];
-            plan->dst_strides[out - 1] = plan->dst_strides[d];
-            plan->src_strides[out - 1] = plan->src_strides[d];
+        if (out > 0 && strides_a[out - 1] == strides_a[d] * shape[d] && strides_b[out - 1] == strides_b[d] * shape[d]) {
+            shape[out - 1] *= shape[d];
+            strides_a[out - 1] = strides_a[d];
+            strides_b[out - 1] = strides_b[d];
             continue;
         }
-        plan->shape[out] = plan->shape[d];
-        plan->dst_strides[out] = plan->dst_strides[d];
-        plan->src_strides[out] = plan->src_strides[d];
+        shape[out] = shape[d];
+        strides_a[out] = strides_a[d];
+        strides_b[out] = strides_b[d];
         out++;
     }
+    return out;
+}
+
+/* The copy's dims merged where both operands allow it; one dim of size 1 when none is left. */
+static void simplify(copy_plan *plan) {
+    int out = tb_dims_merge(plan->ndim, plan->shape, plan->dst_strides, plan->src_strides);
     if (out == 0) {
         plan->shape[0] = 1;
         plan->dst_strides[0] = (int64_t)tb_dtype_size(plan->dst_dtype);

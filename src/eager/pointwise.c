@@ -725,24 +725,12 @@ static bool try_f32_product_grad(tb_pw_binary op, int which, const tb_tensor *gr
     }
     *status = tb_tensor_empty(TB_F32, grad->ndim, grad->shape, TB_ALLOC_DEFAULT, out);
     if (*status == TB_OK) {
-        /* dims merged where grad and other both allow it; out is contiguous */
-        int ndim = 0;
+        /* dims merged where grad and other both allow it (out is contiguous) */
         int64_t shape[TB_MAX_DIMS], gs[TB_MAX_DIMS], os[TB_MAX_DIMS];
-        for (int d = 0; d < grad->ndim; d++) {
-            if (grad->shape[d] == 1)
-                continue;
-            if (ndim > 0 && gs[ndim - 1] == grad->strides[d] * grad->shape[d] &&
-                os[ndim - 1] == expanded.strides[d] * grad->shape[d]) {
-                shape[ndim - 1] *= grad->shape[d];
-                gs[ndim - 1] = grad->strides[d];
-                os[ndim - 1] = expanded.strides[d];
-                continue;
-            }
-            shape[ndim] = grad->shape[d];
-            gs[ndim] = grad->strides[d];
-            os[ndim] = expanded.strides[d];
-            ndim++;
-        }
+        memcpy(shape, grad->shape, sizeof(int64_t) * (size_t)grad->ndim);
+        memcpy(gs, grad->strides, sizeof(int64_t) * (size_t)grad->ndim);
+        memcpy(os, expanded.strides, sizeof(int64_t) * (size_t)grad->ndim);
+        int ndim = tb_dims_merge(grad->ndim, shape, gs, os);
         if (ndim == 0) {
             shape[0] = 1;
             gs[0] = os[0] = 0;
