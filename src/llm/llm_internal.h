@@ -104,6 +104,12 @@ void tb_llm_gemm_prepare_avx512vnni(const float *x, int64_t x_stride, int64_t m,
                                     int64_t group_end, unsigned char *xt);
 bool tb_llm_gemm_rows_avx512vnni(const tb_quant_weight *w, const unsigned char *xt, int64_t m, float *y,
                                  int64_t y_stride, const float *bias, int64_t n_begin, int64_t n_end);
+/* The AVX2 prompt GEMM (x86_avx2/llm_gemm_avx2.c): its own activation layout, the VNNI GEMM's bits. */
+int64_t tb_llm_gemm_xt_bytes_avx2(int64_t m, int64_t k);
+void tb_llm_gemm_prepare_avx2(const float *x, int64_t x_stride, int64_t m, int64_t k, int64_t group_begin,
+                              int64_t group_end, unsigned char *xt);
+bool tb_llm_gemm_rows_avx2(const tb_quant_weight *w, const unsigned char *xt, int64_t m, float *y, int64_t y_stride,
+                           const float *bias, int64_t n_begin, int64_t n_end);
 /* The AMX-INT8 prompt GEMM (x86_amx/llm_gemm_amx.c): its own activation layout, the VNNI GEMM's bits. */
 int64_t tb_llm_gemm_xt_bytes_amx(int64_t m, int64_t k);
 void tb_llm_gemm_prepare_amx(const float *x, int64_t x_stride, int64_t m, int64_t k, int64_t group_begin,
@@ -125,6 +131,9 @@ void tb_llm_batch_rows_avx512vnni(const tb_llm_qrun *run, int64_t n_begin, int64
  * the AMX family where CPUID, the OS permission and TORCHBURN_AMX allow AMX-INT8 tiles. */
 const tb_llm_qkernels *tb_llm_qkernels_active(void);
 int64_t tb_llm_qact_row_bytes(tb_llm_quant format, int64_t k);
+/* One 32-value block x[0..n) (n <= 32) as int8 (scale = max|x| / 127, rint, zero past n; a non-finite value
+ * makes the scale NaN and xq zero): the activation quantization every kernel family shares. */
+void tb_llm_quantize_blocks32(const float *x, int64_t n, int8_t xq[32], float *scale);
 /* One block of the layout (n <= 128 for int4, <= 64 for int8 values of x; the rest is zero padding). */
 void tb_llm_qact_prepare_block(tb_llm_quant format, const float *x, int64_t n, unsigned char *out);
 /* A whole prepared row by tb_llm_qact_prepare_block (the reference's prepare). */

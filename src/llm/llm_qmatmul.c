@@ -23,31 +23,32 @@ int64_t tb_llm_qact_row_bytes(tb_llm_quant format, int64_t k) {
                                        : (k + 63) / 64 * TB_LLM_QACT_INT8_BLOCK_BYTES;
 }
 
+void tb_llm_quantize_blocks32(const float *x, int64_t n, int8_t xq[32], float *scale) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int64_t i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        finite &= a <= 3.4028235e38f; /* false for inf and NaN */
+        amax = a > amax ? a : amax;
+    }
+    if (!finite) { /* the block (and every output it reaches) becomes NaN */
+        *scale = NAN;
+        memset(xq, 0, 32);
+        return;
+    }
+    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+    *scale = amax / 127.0f;
+    for (int64_t i = 0; i < 32; i++) {
+        float q = i < n ? rintf(x[i] * inverse) : 0.0f;
+        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+        xq[i] = (int8_t)q;
+    }
+}
+
 /* xq[0..k) and the 32-block scales d[0..k/32) (k padded to a multiple of 32 with zeros). */
 static void quantize_blocks(const float *x, int64_t k, int8_t *xq, float *d) {
-    for (int64_t b = 0; b * 32 < k; b++) {
-        const int64_t n = k - 32 * b < 32 ? k - 32 * b : 32;
-        const float *v = x + 32 * b;
-        float amax = 0.0f;
-        bool finite = true;
-        for (int64_t i = 0; i < n; i++) {
-            const float a = fabsf(v[i]);
-            finite &= a <= 3.4028235e38f; /* false for inf and NaN */
-            amax = a > amax ? a : amax;
-        }
-        if (!finite) { /* the block (and every output it reaches) becomes NaN */
-            d[b] = NAN;
-            memset(xq + 32 * b, 0, 32);
-            continue;
-        }
-        const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-        d[b] = amax / 127.0f;
-        for (int64_t i = 0; i < 32; i++) {
-            float q = i < n ? rintf(v[i] * inverse) : 0.0f;
-            q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-            xq[32 * b + i] = (int8_t)q;
-        }
-    }
+    for (int64_t b = 0; b * 32 < k; b++)
+        tb_llm_quantize_blocks32(x + 32 * b, k - 32 * b < 32 ? k - 32 * b : 32, xq + 32 * b, &d[b]);
 }
 
 void tb_llm_qact_prepare_block(tb_llm_quant format, const float *x, int64_t n, unsigned char *out) {

@@ -328,6 +328,143 @@ static void test_qmatmul_bounds(const tb_llm_qkernels *fast) {
 }
 
 #ifdef TB_HAVE_X86
+/* The prompt GEMM cases: 16-row tails, chunks of rows (k large enough that an AMX chunk is smaller than M),
+ * partial panels, int8 and int4 with three group sizes; group 0 = int8. */
+static const struct {
+    int64_t m, n, k, group;
+    tb_llm_quant format;
+} gemm_cases[] = {
+    {16, 7, 96, 32, TB_LLM_QUANT_INT4},    {37, 45, 224, 32, TB_LLM_QUANT_INT4},
+    {70, 33, 896, 64, TB_LLM_QUANT_INT4},  {48, 64, 200, 0, TB_LLM_QUANT_INT8},
+    {1100, 40, 1024, 128, TB_LLM_QUANT_INT4}, {80, 19, 4864, 32, TB_LLM_QUANT_INT4},
+};
+enum { GEMM_CASES = sizeof gemm_cases / sizeof gemm_cases[0] };
+
+/* What every prompt GEMM computes, in scalar C: per (row, column) acc = fma(dot_b, ws_b * xs_b, acc) over
+ * the 32-blocks b in order (dot_b the exact int32 dot of the quantized block), then acc + bias. */
+static float gemm_model(const qmatrix *q, const float *x, int64_t col) {
+    const tb_quant_weight *w = &q->m.q;
+    const bool int4 = w->type == TB_QUANT_INT4;
+    const uint8_t *row = (const uint8_t *)w->data + col * w->row_bytes;
+    const float *scales = w->scales + col * w->scales_per_row;
+    float acc = 0.0f;
+    for (int64_t b = 0; b * 32 < w->k; b++) {
+        int8_t xq[32];
+        float xs;
+        tb_llm_quantize_blocks32(x + 32 * b, w->k - 32 * b < 32 ? w->k - 32 * b : 32, xq, &xs);
+        int32_t dot = 0;
+        for (int64_t e = 0; e < 32 && 32 * b + e < w->k; e++) {
+            const int64_t i = 32 * b + e;
+            const int value = int4 ? ((i & 1) ? row[i / 2] >> 4 : row[i / 2] & 15) - 8 : (int8_t)row[i];
+            dot += value * xq[e];
+        }
+        const float ws = int4 ? scales[32 * b / w->group_size] : scales[0];
+        acc = fmaf((float)dot, ws * xs, acc);
+    }
+    return acc + (q->m.bias ? q->m.bias[col] : 0.0f);
+}
+
+/* `fast`'s prompt GEMM gives `base`'s bits (base NULL: gemm_model's), over gemm_cases with column ranges
+ * that start off a panel boundary, and a NaN activation poisons only its row. */
+static void check_gemm_bits(const tb_llm_qkernels *fast, const tb_llm_qkernels *base) {
+    for (size_t c = 0; c < GEMM_CASES; c++) {
+        const int64_t m = gemm_cases[c].m, n = gemm_cases[c].n, k = gemm_cases[c].k;
+        qmatrix q;
+        make_qmatrix(gemm_cases[c].format, n, k, gemm_cases[c].group ? gemm_cases[c].group : 32, c % 2 == 0, &q);
+        float *x = malloc(sizeof(float) * (size_t)(m * k)), *y_fast = malloc(sizeof(float) * (size_t)(m * n));
+        float *y_base = malloc(sizeof(float) * (size_t)(m * n));
+        fill(x, m * k, 2.0f);
+        x[3 * k + 5] = NAN;
+        unsigned char *xt_fast = malloc((size_t)fast->gemm_xt_bytes(m, k));
+        unsigned char *xt_base = base ? malloc((size_t)base->gemm_xt_bytes(m, k)) : NULL;
+        const int64_t groups = (m + 15) / 16;
+        fast->gemm_prepare(x, k, m, k, 0, groups / 2, xt_fast);
+        fast->gemm_prepare(x, k, m, k, groups / 2, groups, xt_fast);
+        if (base)
+            base->gemm_prepare(x, k, m, k, 0, groups, xt_base);
+        TB_CHECK(fast->gemm_rows(&q.m.q, xt_fast, m, y_fast, n, q.m.bias, 0, 4));
+        TB_CHECK(fast->gemm_rows(&q.m.q, xt_fast, m, y_fast, n, q.m.bias, 4, n));
+        if (base)
+            TB_CHECK(base->gemm_rows(&q.m.q, xt_base, m, y_base, n, q.m.bias, 0, n));
+        else
+            for (int64_t i = 0; i < m * n; i++)
+                y_base[i] = gemm_model(&q, x + i / n * k, i % n);
+        int64_t differ = 0, nan_rows_ok = 0;
+        for (int64_t i = 0; i < m * n; i++)
+            if (i / n == 3)
+                nan_rows_ok += isnan(y_fast[i]);
+            else
+                differ += memcmp(&y_fast[i], &y_base[i], sizeof(float)) != 0;
+        TB_CHECK_MSG(differ == 0, "%s gemm differs from %s at %lld of %lld outputs (m=%lld n=%lld k=%lld)",
+                     fast->name, base ? base->name : "the scalar model", (long long)differ, (long long)(m * n), (long long)m, (long long)n, (long long)k);
+        TB_CHECK_MSG(nan_rows_ok == n, "%s gemm: a NaN activation makes its row NaN (%lld of %lld)",
+                     fast->name, (long long)nan_rows_ok, (long long)n);
+        free(x);
+        free(y_fast);
+        free(y_base);
+        free(xt_fast);
+        free(xt_base);
+        free_qmatrix(&q);
+    }
+}
+
+/* The AVX2 prompt GEMM's prepared activations hold exactly the shared quantization (int8 values, block
+ * scales, 8 x block sums) in its transposed layout, padding rows zero; and where the CPU has AVX-512
+ * VNNI, the AVX2 GEMM gives the VNNI GEMM's bits. */
+static void test_avx2_gemm(void) {
+    if (!tb_isa_supported(TB_ISA_AVX2)) {
+        fprintf(stderr, "test_llm: AVX2 GEMM not tested: this CPU has no AVX2\n");
+        return;
+    }
+    const tb_llm_qkernels *avx2 = &tb_llm_qkernels_avx2;
+    const int64_t ks[] = {32, 40, 200, 896};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const int64_t k = ks[ki], m = 21, mp = 32, kb = (k + 31) / 32;
+        float *x = malloc(sizeof(float) * (size_t)(m * k));
+        fill(x, m * k, 3.0f);
+        for (int64_t i = 0; i < 32 && i < k; i++)
+            x[2 * k + i] = 0.0f; /* an all-zero block */
+        x[4 * k + k - 1] = INFINITY;
+        x[5 * k] = NAN;
+        x[6 * k + 1] = 1e30f;
+        for (int64_t i = 0; i < k; i++) /* ties of the rounding: amax 127 makes x * 127 / amax = x */
+            x[7 * k + i] = i == 0 ? 127.0f : 0.5f * (float)(i % 9) - 2.0f;
+        unsigned char *xt = malloc((size_t)avx2->gemm_xt_bytes(m, k));
+        TB_CHECK(avx2->gemm_xt_bytes(m, k) == kb * 32 * mp + kb * mp * 8);
+        avx2->gemm_prepare(x, k, m, k, 1, 2, xt);
+        avx2->gemm_prepare(x, k, m, k, 0, 1, xt);
+        const int32_t *sums = (const int32_t *)(xt + kb * 32 * mp);
+        const float *scales = (const float *)(sums + kb * mp);
+        int64_t bad = 0;
+        for (int64_t row = 0; row < mp; row++)
+            for (int64_t b = 0; b < kb; b++) {
+                int8_t xq[32] = {0};
+                float scale = 0.0f;
+                if (row < m)
+                    tb_llm_quantize_blocks32(x + row * k + 32 * b, k - 32 * b < 32 ? k - 32 * b : 32, xq, &scale);
+                int32_t sum = 0;
+                for (int e = 0; e < 32; e++) {
+                    sum += xq[e];
+                    bad += (int8_t)xt[((b * 8 + e / 4) * mp + row) * 4 + e % 4] != xq[e];
+                }
+                bad += sums[b * mp + row] != 8 * sum;
+                bad += memcmp(&scales[b * mp + row], &scale, sizeof scale) != 0 && !(isnan(scale) && isnan(scales[b * mp + row]));
+            }
+        TB_CHECK_MSG(bad == 0, "avx2 gemm prepare differs from the shared quantization in %lld values (k=%lld)",
+                     (long long)bad, (long long)k);
+        free(x);
+        free(xt);
+    }
+    check_gemm_bits(avx2, NULL);
+    const tb_cpu_features *f = tb_cpu_get_features();
+    if (tb_isa_active() != TB_ISA_AVX512 || !f->avx512vnni) {
+        fprintf(stderr, "test_llm: AVX2 GEMM not compared with the VNNI GEMM: %s\n",
+                tb_isa_active() != TB_ISA_AVX512 ? "no AVX-512 level active" : "this CPU has no AVX-512 VNNI");
+        return;
+    }
+    check_gemm_bits(avx2, &tb_llm_qkernels_avx512vnni);
+}
+
 /* The AMX-INT8 prompt GEMM has the VNNI GEMM's bits: both from the float rows, over sizes with 16-row
  * tails, chunks of rows (k large enough that a chunk is smaller than M), partial 32-column panels and
  * column ranges that start off a panel boundary; a NaN activation poisons only its row. */
@@ -348,45 +485,7 @@ static void test_amx_gemm(void) {
     TB_CHECK_MSG(tb_llm_qkernels_active() == &tb_llm_qkernels_avx512vnni, "TORCHBURN_AMX=0 leaves the VNNI GEMM");
     tb_gemm_set_amx_allowed(true);
     const tb_llm_qkernels *amx = &tb_llm_qkernels_amx, *vnni = &tb_llm_qkernels_avx512vnni;
-    const struct { int64_t m, n, k, group; tb_llm_quant format; } cases[] = {
-        {16, 7, 96, 32, TB_LLM_QUANT_INT4},    {37, 45, 224, 32, TB_LLM_QUANT_INT4},
-        {70, 33, 896, 64, TB_LLM_QUANT_INT4},  {48, 64, 200, 0, TB_LLM_QUANT_INT8},
-        {1100, 40, 1024, 128, TB_LLM_QUANT_INT4}, {80, 19, 4864, 32, TB_LLM_QUANT_INT4},
-    };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int64_t m = cases[c].m, n = cases[c].n, k = cases[c].k;
-        qmatrix q;
-        make_qmatrix(cases[c].format, n, k, cases[c].group ? cases[c].group : 32, c % 2 == 0, &q);
-        float *x = malloc(sizeof(float) * (size_t)(m * k)), *y_amx = malloc(sizeof(float) * (size_t)(m * n));
-        float *y_vnni = malloc(sizeof(float) * (size_t)(m * n));
-        fill(x, m * k, 2.0f);
-        x[3 * k + 5] = NAN;
-        unsigned char *xt_amx = malloc((size_t)amx->gemm_xt_bytes(m, k));
-        unsigned char *xt_vnni = malloc((size_t)vnni->gemm_xt_bytes(m, k));
-        const int64_t groups = (m + 15) / 16;
-        amx->gemm_prepare(x, k, m, k, 0, groups / 2, xt_amx);
-        amx->gemm_prepare(x, k, m, k, groups / 2, groups, xt_amx);
-        vnni->gemm_prepare(x, k, m, k, 0, groups, xt_vnni);
-        TB_CHECK(amx->gemm_rows(&q.m.q, xt_amx, m, y_amx, n, q.m.bias, 0, 4));
-        TB_CHECK(amx->gemm_rows(&q.m.q, xt_amx, m, y_amx, n, q.m.bias, 4, n));
-        TB_CHECK(vnni->gemm_rows(&q.m.q, xt_vnni, m, y_vnni, n, q.m.bias, 0, n));
-        int64_t differ = 0, nan_rows_ok = 0;
-        for (int64_t i = 0; i < m * n; i++)
-            if (i / n == 3)
-                nan_rows_ok += isnan(y_amx[i]);
-            else
-                differ += memcmp(&y_amx[i], &y_vnni[i], sizeof(float)) != 0;
-        TB_CHECK_MSG(differ == 0, "amx gemm differs from vnni at %lld of %lld outputs (m=%lld n=%lld k=%lld)",
-                     (long long)differ, (long long)(m * n), (long long)m, (long long)n, (long long)k);
-        TB_CHECK_MSG(nan_rows_ok == n, "amx gemm: a NaN activation makes its row NaN (%lld of %lld)",
-                     (long long)nan_rows_ok, (long long)n);
-        free(x);
-        free(y_amx);
-        free(y_vnni);
-        free(xt_amx);
-        free(xt_vnni);
-        free_qmatrix(&q);
-    }
+    check_gemm_bits(amx, vnni);
     test_qmatmul_with(amx, false);
 }
 #endif
@@ -890,6 +989,7 @@ int main(void) {
     test_kernel_tables();
     test_qmatmul();
 #ifdef TB_HAVE_X86
+    test_avx2_gemm();
     test_amx_gemm();
 #endif
     test_int4_quantizer();

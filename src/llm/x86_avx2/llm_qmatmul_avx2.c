@@ -255,4 +255,7 @@ static void rows_avx2(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
 const tb_llm_qkernels tb_llm_qkernels_avx2 = {.name = "avx2",
                                               .prepare = tb_llm_qact_prepare_ref,
                                               .rows = rows_avx2,
+                                              .gemm_xt_bytes = tb_llm_gemm_xt_bytes_avx2,
+                                              .gemm_prepare = tb_llm_gemm_prepare_avx2,
+                                              .gemm_rows = tb_llm_gemm_rows_avx2,
                                               .batch_rows = rows_avx2};
