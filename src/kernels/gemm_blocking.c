@@ -141,7 +141,7 @@ void tb_kernel_variants(tb_isa isa, char gemm_f32[160], char gemm_bf16[96], char
                 ? "avx512_vnni (vpdpbusd), prompts on amx_int8 (tdpbssd)"
                 : "avx512_vnni (vpdpbusd)";
     else if ((isa == TB_ISA_AVX2 || isa == TB_ISA_AVX512) && tb_isa_supported(TB_ISA_AVX2))
-        q = "avx2 (vpmaddubsw + vpmaddwd)";
+        q = "avx2 (vpmaddubsw + vpmaddwd), prompts on its int16-sum GEMM";
 #endif
     snprintf(qmatmul, 64, "%s", q);
 }
