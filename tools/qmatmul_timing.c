@@ -3,7 +3,7 @@
  * prompt chunk (64), through tb_llm_qmatmul with the kernel family the CPU picks (or TORCHBURN_QFAMILY=avx2
  * / scalar to force one). Build against a built library, e.g.:
  *   gcc -O2 -Iinclude -Isrc -DTB_HAVE_X86 tools/qmatmul_timing.c build/rel/libtorchburn.a -lm -lpthread -o /tmp/qmatmul_timing
- * Run: TORCHBURN_NUM_THREADS=1 /tmp/qmatmul_timing [seconds_per_case]
+ * Run: TORCHBURN_NUM_THREADS=1 /tmp/qmatmul_timing [seconds_per_case [M]] (M: only that row count)
  * Prints the median time per call and GMAC/s (multiply-adds of the integer dots per second). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +36,7 @@ static const tb_llm_qkernels *family(void) {
 
 int main(int argc, char **argv) {
     const double budget = argc > 1 ? atof(argv[1]) : 0.5;
+    const int64_t only_rows = argc > 2 ? atoll(argv[2]) : 0;
     const tb_llm_qkernels *kernels = family();
     if (!kernels) {
         fprintf(stderr, "no int8-activation kernels on this CPU\n");
@@ -59,6 +60,8 @@ int main(int argc, char **argv) {
         }
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             const int64_t m = rows[r];
+            if (only_rows && m != only_rows)
+                continue;
             float *x = malloc(sizeof(float) * (size_t)(m * k)), *y = malloc(sizeof(float) * (size_t)(m * n));
             for (int64_t i = 0; i < m * k; i++)
                 x[i] = (float)((i * 104729) % 1999 - 999) / 999.0f;

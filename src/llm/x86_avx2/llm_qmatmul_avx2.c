@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "llm/llm_internal.h"
-#include "llm/llm_row_blocks.h"
 
 #define TB_INLINE static inline __attribute__((always_inline))
 
@@ -82,14 +81,55 @@ TB_INLINE __m256 int8_half_step(__m256i w, const unsigned char *a, int h, __m256
 }
 
 /* The reference's sum of the 16 lanes, left to right from 0. */
-TB_INLINE float lane_sum(__m256 low, __m256 high) {
-    float lanes[16];
-    _mm256_storeu_ps(lanes, low);
-    _mm256_storeu_ps(lanes + 8, high);
+TB_INLINE float lane_sum(const float lanes[16]) {
     float total = 0.0f;
     for (int l = 0; l < 16; l++)
         total += lanes[l];
     return total;
+}
+
+/* 8 x 8 transpose: r[i] holds element i of the 8 input vectors. */
+TB_INLINE void transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* totals[j] = lane_sum(lanes[j]) for j < count, eight at a time: the 16 lanes of 8 outputs are transposed
+ * so the left-to-right sum becomes 16 vertical adds (same order, same bits) instead of a 16-add chain per
+ * output that serialized the decode loop. */
+static void lane_sums(const float (*lanes)[16], int64_t count, float *totals) {
+    int64_t j = 0;
+    for (; j + 8 <= count; j += 8) {
+        __m256 low[8], high[8];
+        for (int i = 0; i < 8; i++) {
+            low[i] = _mm256_loadu_ps(lanes[j + i]);
+            high[i] = _mm256_loadu_ps(lanes[j + i] + 8);
+        }
+        transpose8(low);
+        transpose8(high);
+        __m256 total = _mm256_setzero_ps();
+        for (int l = 0; l < 8; l++)
+            total = _mm256_add_ps(total, low[l]);
+        for (int l = 0; l < 8; l++)
+            total = _mm256_add_ps(total, high[l]);
+        _mm256_storeu_ps(totals + j, total);
+    }
+    for (; j < count; j++)
+        totals[j] = lane_sum(lanes[j]);
 }
 
 /* The row's last partial block (K % 128 for int4, K % 64 for int8) copied behind zeros, so that no load
@@ -102,8 +142,8 @@ TB_INLINE const uint8_t *tail_block(const uint8_t *row, int64_t offset, int64_t 
 
 /* ---- decode: one activation row, one weight row at a time ---- */
 
-TB_INLINE float int4_row_dot(const uint8_t *row, const float *scales, const unsigned char *act, int64_t k,
-                             int64_t group) {
+TB_INLINE void int4_row_lanes(const uint8_t *row, const float *scales, const unsigned char *act, int64_t k,
+                              int64_t group, float lanes[16]) {
     const int64_t blocks = (k + 127) / 128, full = k / 128;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     uint8_t buffer[64];
@@ -122,10 +162,11 @@ TB_INLINE float int4_row_dot(const uint8_t *row, const float *scales, const unsi
         int4_unpack(packed + 32, &lo, &hi);
         acc1 = int4_half_step(lo, hi, ws[1], a, 1, acc1);
     }
-    return lane_sum(acc0, acc1);
+    _mm256_storeu_ps(lanes, acc0);
+    _mm256_storeu_ps(lanes + 8, acc1);
 }
 
-static float int8_row_dot(const uint8_t *row, const unsigned char *act, int64_t k) {
+static void int8_row_lanes(const uint8_t *row, const unsigned char *act, int64_t k, float lanes[16]) {
     const int64_t blocks = (k + 63) / 64, full = k / 64;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     uint8_t buffer[64];
@@ -139,33 +180,43 @@ static float int8_row_dot(const uint8_t *row, const unsigned char *act, int64_t 
         acc0 = int8_half_step(_mm256_loadu_si256((const __m256i *)w), a, 0, acc0);
         acc1 = int8_half_step(_mm256_loadu_si256((const __m256i *)(w + 32)), a, 1, acc1);
     }
-    return lane_sum(acc0, acc1);
+    _mm256_storeu_ps(lanes, acc0);
+    _mm256_storeu_ps(lanes + 8, acc1);
 }
 
+/* y[n] for weight rows [n_begin, n_end), eight rows' lanes summed at once. */
 static void row_vector_avx2(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
     const tb_quant_weight *w = run->w;
-    for (int64_t n = n_begin; n < n_end; n++) {
-        const uint8_t *row = (const uint8_t *)w->data + n * w->row_bytes;
-        const float *scales = w->scales + n * w->scales_per_row;
-        float value;
-        if (w->type == TB_QUANT_INT8) {
-            value = int8_row_dot(row, run->act, w->k);
-            value *= scales[0];
-        } else if (w->group_size == 64) {
-            value = int4_row_dot(row, scales, run->act, w->k, 64);
-        } else if (w->group_size == 32) {
-            value = int4_row_dot(row, scales, run->act, w->k, 32);
-        } else {
-            value = int4_row_dot(row, scales, run->act, w->k, w->group_size);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += 8) {
+        const int64_t count = n_end - n0 < 8 ? n_end - n0 : 8;
+        float lanes[8][16], totals[8];
+        for (int64_t j = 0; j < count; j++) {
+            const int64_t n = n0 + j;
+            const uint8_t *row = (const uint8_t *)w->data + n * w->row_bytes;
+            const float *scales = w->scales + n * w->scales_per_row;
+            if (w->type == TB_QUANT_INT8)
+                int8_row_lanes(row, run->act, w->k, lanes[j]);
+            else if (w->group_size == 64)
+                int4_row_lanes(row, scales, run->act, w->k, 64, lanes[j]);
+            else if (w->group_size == 32)
+                int4_row_lanes(row, scales, run->act, w->k, 32, lanes[j]);
+            else
+                int4_row_lanes(row, scales, run->act, w->k, w->group_size, lanes[j]);
         }
-        run->y[n] = value + (run->bias ? run->bias[n] : 0.0f);
+        lane_sums((const float(*)[16])lanes, count, totals);
+        for (int64_t j = 0; j < count; j++) {
+            const int64_t n = n0 + j;
+            const float value = w->type == TB_QUANT_INT8 ? totals[j] * w->scales[n] : totals[j];
+            run->y[n] = value + (run->bias ? run->bias[n] : 0.0f);
+        }
     }
 }
 
 /* ---- tiles: NR weight rows x mb activation rows ---- */
 
+/* lanes[i * NR + r] = the 16 lane sums of activation row i (< mb) with weight row r. */
 TB_INLINE void int4_tile(const uint8_t *const *rows, const float *const *scales, const unsigned char *act,
-                         int64_t ld_act, int mb, int64_t k, int64_t group, float dots[MB][NR]) {
+                         int64_t ld_act, int mb, int64_t k, int64_t group, float (*lanes)[16]) {
     const int64_t blocks = (k + 127) / 128, full = k / 128;
     __m256 acc[MB][NR][2];
     for (int i = 0; i < MB; i++)
@@ -191,12 +242,14 @@ TB_INLINE void int4_tile(const uint8_t *const *rows, const float *const *scales,
         }
     }
     for (int i = 0; i < mb; i++)
-        for (int r = 0; r < NR; r++)
-            dots[i][r] = lane_sum(acc[i][r][0], acc[i][r][1]);
+        for (int r = 0; r < NR; r++) {
+            _mm256_storeu_ps(lanes[i * NR + r], acc[i][r][0]);
+            _mm256_storeu_ps(lanes[i * NR + r] + 8, acc[i][r][1]);
+        }
 }
 
 TB_INLINE void int8_tile(const uint8_t *const *rows, const unsigned char *act, int64_t ld_act, int mb, int64_t k,
-                         float dots[MB][NR]) {
+                         float (*lanes)[16]) {
     const int64_t blocks = (k + 63) / 64, full = k / 64;
     __m256 acc[MB][NR][2];
     for (int i = 0; i < MB; i++)
@@ -219,23 +272,24 @@ TB_INLINE void int8_tile(const uint8_t *const *rows, const unsigned char *act, i
         }
     }
     for (int i = 0; i < mb; i++)
-        for (int r = 0; r < NR; r++)
-            dots[i][r] = lane_sum(acc[i][r][0], acc[i][r][1]);
+        for (int r = 0; r < NR; r++) {
+            _mm256_storeu_ps(lanes[i * NR + r], acc[i][r][0]);
+            _mm256_storeu_ps(lanes[i * NR + r] + 8, acc[i][r][1]);
+        }
 }
 
-static void dots_for(const tb_quant_weight *w, const uint8_t *const *rows, const float *const *scales,
-                     const unsigned char *act, int64_t ld_act, int64_t mb, float *flat_dots) {
-    float(*dots)[NR] = (float(*)[NR])flat_dots;
+static void tile_lanes(const tb_quant_weight *w, const uint8_t *const *rows, const float *const *scales,
+                       const unsigned char *act, int64_t ld_act, int64_t mb, float (*lanes)[16]) {
 #define TILE(MBV)                                                                                      \
     do {                                                                                               \
         if (w->type == TB_QUANT_INT8)                                                                  \
-            int8_tile(rows, act, ld_act, MBV, w->k, dots);                                             \
+            int8_tile(rows, act, ld_act, MBV, w->k, lanes);                                            \
         else if (w->group_size == 64)                                                                  \
-            int4_tile(rows, scales, act, ld_act, MBV, w->k, 64, dots);                                 \
+            int4_tile(rows, scales, act, ld_act, MBV, w->k, 64, lanes);                                \
         else if (w->group_size == 32)                                                                  \
-            int4_tile(rows, scales, act, ld_act, MBV, w->k, 32, dots);                                 \
+            int4_tile(rows, scales, act, ld_act, MBV, w->k, 32, lanes);                                \
         else                                                                                           \
-            int4_tile(rows, scales, act, ld_act, MBV, w->k, w->group_size, dots);                      \
+            int4_tile(rows, scales, act, ld_act, MBV, w->k, w->group_size, lanes);                     \
     } while (0)
     if (mb == 1)
         TILE(1);
@@ -244,12 +298,42 @@ static void dots_for(const tb_quant_weight *w, const uint8_t *const *rows, const
 #undef TILE
 }
 
-static void rows_avx2(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
-    if (run->m == 1) {
-        row_vector_avx2(run, n_begin, n_end);
-        return;
+/* M > 1: NR weight rows at a time (a short block repeats its last row; those results are dropped), the
+ * activation rows in chunks of 8 whose 8 * NR outputs have their lanes summed together. */
+static void rows_tiles(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
+    enum { CHUNK = 8 };
+    const tb_quant_weight *w = run->w;
+    for (int64_t n = n_begin; n < n_end; n += NR) {
+        const int64_t nr = n_end - n < NR ? n_end - n : NR;
+        const uint8_t *rows[NR];
+        const float *scales[NR];
+        for (int r = 0; r < NR; r++) {
+            const int64_t row = n + (r < nr ? r : nr - 1);
+            rows[r] = (const uint8_t *)w->data + row * w->row_bytes;
+            scales[r] = w->scales + row * w->scales_per_row;
+        }
+        for (int64_t m0 = 0; m0 < run->m; m0 += CHUNK) {
+            const int64_t mc = run->m - m0 < CHUNK ? run->m - m0 : CHUNK;
+            float lanes[CHUNK * NR][16], totals[CHUNK * NR];
+            for (int64_t i = 0; i < mc; i += MB)
+                tile_lanes(w, rows, scales, run->act + (m0 + i) * run->act_row_bytes, run->act_row_bytes,
+                           mc - i < MB ? mc - i : MB, lanes + i * NR);
+            lane_sums((const float(*)[16])lanes, mc * NR, totals);
+            for (int64_t i = 0; i < mc; i++)
+                for (int64_t r = 0; r < nr; r++) {
+                    const float dot = totals[i * NR + r];
+                    const float value = w->type == TB_QUANT_INT8 ? dot * scales[r][0] : dot;
+                    run->y[(m0 + i) * run->y_row_stride + n + r] = value + (run->bias ? run->bias[n + r] : 0.0f);
+                }
+        }
     }
-    tb_llm_row_blocks(run, n_begin, n_end, NR, MB, dots_for);
+}
+
+static void rows_avx2(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
+    if (run->m == 1)
+        row_vector_avx2(run, n_begin, n_end);
+    else
+        rows_tiles(run, n_begin, n_end);
 }
 
 const tb_llm_qkernels tb_llm_qkernels_avx2 = {.name = "avx2",
