@@ -1,7 +1,7 @@
 /* Standalone timing of the LLM's int8-activation matmul (not a test, not part of the library): the
- * Qwen2.5-0.5B layer shapes (int4, group 64) at the row counts of decode (1), batched decode (8) and a
- * prompt chunk (64), through tb_llm_qmatmul with the kernel family the CPU picks (or TORCHBURN_QFAMILY=avx2
- * / scalar to force one). Build against a built library, e.g.:
+ * Qwen2.5-0.5B layer shapes (int4, group 64) at the row counts of decode (1), batched decode (8), a
+ * server prompt chunk (64) and a generate() prompt chunk (256), through tb_llm_qmatmul with the kernel
+ * family the CPU picks (or TORCHBURN_QFAMILY=avx2 / scalar to force one). Build against a built library, e.g.:
  *   gcc -O2 -Iinclude -Isrc -DTB_HAVE_X86 tools/qmatmul_timing.c build/rel/libtorchburn.a -lm -lpthread -o /tmp/qmatmul_timing
  * Run: TORCHBURN_NUM_THREADS=1 /tmp/qmatmul_timing [seconds_per_case [M]] (M: only that row count)
  * Prints the median time per call and GMAC/s (multiply-adds of the integer dots per second). */
@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int64_t shapes[][2] = {{4864, 896}, {896, 4864}, {1152, 896}};
-    const int64_t rows[] = {1, 8, 64};
+    const int64_t rows[] = {1, 8, 64, 256};
     printf("family %s\n", kernels->name);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t n = shapes[s][0], k = shapes[s][1], group = 64;
