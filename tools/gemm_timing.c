@@ -7,21 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/gemm.h"
 #include "torchburn/thread_pool.h"
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "timing_common.h"
 
 typedef tb_status (*run_fn)(const void *desc);
 static tb_status run_gemm(const void *desc) { return tb_gemm_f32((const tb_gemm_desc *)desc); }

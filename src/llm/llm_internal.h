@@ -268,6 +268,9 @@ void tb_llm_session_commit(tb_llm_session *session, const int32_t *tokens, int64
 /* Registers a thread-local scratch pointer of the calling thread (a tb_alloc buffer) to be freed when the
  * thread exits (llm_thread_scratch.c). */
 void tb_llm_thread_scratch_track(void **buffer);
+/* Grows the calling thread's scratch *buffer (*capacity bytes; contents not kept) to at least `needed`
+ * bytes, with a quarter of headroom, and tracks it for release at thread exit. */
+tb_status tb_llm_thread_scratch_reserve(unsigned char **buffer, size_t *capacity, size_t needed);
 
 /* Row `token` of the embedding as f32 (dequantized when quantized). */
 tb_status tb_llm_embed_row(const tb_llm_model *model, int32_t token, float *out);

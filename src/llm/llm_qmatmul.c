@@ -12,7 +12,6 @@
 
 #include "kernels/gemm.h"
 #include "llm/llm_internal.h"
-#include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
 #include "torchburn/thread_pool.h"
 
@@ -243,21 +242,9 @@ static void gemm_columns(void *context, int64_t begin, int64_t end, int thread_i
         atomic_store(&job->failed, 1);
 }
 
-static tb_status reserve_prepared(size_t needed) {
-    if (needed <= prepared_capacity)
-        return TB_OK;
-    unsigned char *grown = NULL;
-    TB_TRY(tb_alloc(needed + needed / 4, TB_ALLOC_DEFAULT, (void **)&grown));
-    tb_free(prepared);
-    prepared = grown;
-    prepared_capacity = needed + needed / 4;
-    tb_llm_thread_scratch_track((void **)&prepared);
-    return TB_OK;
-}
-
 static tb_status qgemm(const tb_llm_qkernels *kernels, const llm_matrix *w, const float *x, int64_t x_stride, int64_t m,
                        float *y) {
-    TB_TRY(reserve_prepared((size_t)kernels->gemm_xt_bytes(m, w->k)));
+    TB_TRY(tb_llm_thread_scratch_reserve(&prepared, &prepared_capacity, (size_t)kernels->gemm_xt_bytes(m, w->k)));
     gemm_prepare_job prepare = {.kernels = kernels, .x = x, .x_stride = x_stride, .m = m, .k = w->k, .xt = prepared};
     tb_parallel_for((m + 15) / 16, 1, gemm_prepare_rows, &prepare);
     gemm_job job = {.kernels = kernels, .w = w, .xt = prepared, .m = m, .y = y};
@@ -273,15 +260,7 @@ tb_status tb_llm_qmatmul(const tb_llm_qkernels *kernels, const llm_matrix *w, co
     if (kernels->gemm_rows && m >= GEMM_MIN_ROWS)
         return qgemm(kernels, w, x, x_stride, m, y);
     const int64_t row_bytes = tb_llm_qact_row_bytes(w->format, w->k);
-    const size_t needed = (size_t)(m * row_bytes);
-    if (needed > prepared_capacity) {
-        unsigned char *grown = NULL;
-        TB_TRY(tb_alloc(needed + needed / 4, TB_ALLOC_DEFAULT, (void **)&grown));
-        tb_free(prepared);
-        prepared = grown;
-        prepared_capacity = needed + needed / 4;
-        tb_llm_thread_scratch_track((void **)&prepared);
-    }
+    TB_TRY(tb_llm_thread_scratch_reserve(&prepared, &prepared_capacity, (size_t)(m * row_bytes)));
     qprepare_job prepare = {.kernels = kernels,
                             .format = w->format, .x = x, .x_stride = x_stride, .k = w->k, .row_bytes = row_bytes,
                             .out = prepared};

@@ -41,3 +41,15 @@ void tb_llm_thread_scratch_track(void **buffer) {
     tracked.buffers[tracked.count++] = buffer;
     pthread_setspecific(release_key, &tracked);
 }
+
+tb_status tb_llm_thread_scratch_reserve(unsigned char **buffer, size_t *capacity, size_t needed) {
+    if (needed <= *capacity)
+        return TB_OK;
+    void *grown = NULL;
+    TB_TRY(tb_alloc(needed + needed / 4, TB_ALLOC_DEFAULT, &grown));
+    tb_free(*buffer);
+    *buffer = grown;
+    *capacity = needed + needed / 4;
+    tb_llm_thread_scratch_track((void **)buffer);
+    return TB_OK;
+}

@@ -25,7 +25,6 @@
 
 #include "llm/llm_internal.h"
 #include "llm/x86_avx512vnni/llm_qmatmul_avx512vnni.h"
-#include "torchburn/alloc.h"
 #include "torchburn/cpu.h"
 
 enum { LANES = 16, PANEL = 32, TILE_BLOCK_BYTES = 8 * 64, DEPTH = 4 };
@@ -153,15 +152,8 @@ bool tb_llm_gemm_rows_amx(const tb_quant_weight *w, const unsigned char *xt, int
     const int64_t mp = (m + LANES - 1) / LANES * LANES, kb = (w->k + 31) / 32, kp = kb * 32;
     const size_t rows_bytes = (size_t)(PANEL * kp), tiles_bytes = (size_t)(kb * 2 * TILE_BLOCK_BYTES);
     const size_t needed = rows_bytes + tiles_bytes + (size_t)(kb * PANEL) * sizeof(float);
-    if (needed > scratch_capacity) {
-        void *grown = NULL;
-        if (tb_alloc(needed, TB_ALLOC_DEFAULT, &grown) != TB_OK)
-            return false;
-        tb_free(scratch);
-        scratch = grown;
-        scratch_capacity = needed;
-        tb_llm_thread_scratch_track((void **)&scratch);
-    }
+    if (tb_llm_thread_scratch_reserve(&scratch, &scratch_capacity, needed) != TB_OK)
+        return false;
     int8_t *panel_rows = (int8_t *)scratch;
     unsigned char *tiles = scratch + rows_bytes;
     float *weight_scales = (float *)(scratch + rows_bytes + tiles_bytes);

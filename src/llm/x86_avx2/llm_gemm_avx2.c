@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "llm/llm_internal.h"
-#include "torchburn/alloc.h"
 
 #define TB_INLINE static inline __attribute__((always_inline))
 
@@ -246,15 +245,8 @@ bool tb_llm_gemm_rows_avx2(const tb_quant_weight *w, const unsigned char *xt, in
                            int64_t y_stride, const float *bias, int64_t n_begin, int64_t n_end) {
     const int64_t mp = (m + ROWS - 1) / ROWS * ROWS, kb = (w->k + 31) / 32;
     const size_t row_bytes = (size_t)(kb * 32), needed = NR * (row_bytes + (size_t)kb * sizeof(float));
-    if (needed > unpacked_capacity) {
-        void *grown = NULL;
-        if (tb_alloc(needed, TB_ALLOC_DEFAULT, &grown) != TB_OK)
-            return false;
-        tb_free(unpacked);
-        unpacked = grown;
-        unpacked_capacity = needed;
-        tb_llm_thread_scratch_track((void **)&unpacked);
-    }
+    if (tb_llm_thread_scratch_reserve(&unpacked, &unpacked_capacity, needed) != TB_OK)
+        return false;
     for (int64_t n = n_begin; n < n_end; n += NR) {
         const int64_t nr = n_end - n < NR ? n_end - n : NR;
         const uint8_t *u[NR];

@@ -17,7 +17,6 @@
 
 #include "llm/llm_internal.h"
 #include "llm/x86_avx512vnni/llm_qmatmul_avx512vnni.h"
-#include "torchburn/alloc.h"
 #include "torchburn/thread_pool.h"
 
 enum { NR = 4, MV = 3, LANES = 16 };
@@ -129,15 +128,8 @@ bool tb_llm_gemm_rows_avx512vnni(const tb_quant_weight *w, const unsigned char *
                                  int64_t y_stride, const float *bias, int64_t n_begin, int64_t n_end) {
     const int64_t mp = (m + LANES - 1) / LANES * LANES, kb = (w->k + 31) / 32;
     const size_t row_bytes = (size_t)(kb * 32), needed = NR * (row_bytes + (size_t)kb * 4);
-    if (needed > unpacked_capacity) {
-        void *grown = NULL;
-        if (tb_alloc(needed, TB_ALLOC_DEFAULT, &grown) != TB_OK)
-            return false;
-        tb_free(unpacked);
-        unpacked = grown;
-        unpacked_capacity = needed;
-        tb_llm_thread_scratch_track((void **)&unpacked);
-    }
+    if (tb_llm_thread_scratch_reserve(&unpacked, &unpacked_capacity, needed) != TB_OK)
+        return false;
     for (int64_t n = n_begin; n < n_end; n += NR) {
         const int64_t nr = n_end - n < NR ? n_end - n : NR;
         const int8_t *q[NR];
