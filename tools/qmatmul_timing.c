@@ -1,7 +1,8 @@
 /* Standalone timing of the LLM's int8-activation matmul (not a test, not part of the library): the
  * Qwen2.5-0.5B layer shapes (int4, group 64) at the row counts of decode (1), batched decode (8), a
  * server prompt chunk (64) and a generate() prompt chunk (256), through tb_llm_qmatmul with the kernel
- * family the CPU picks (or TORCHBURN_QFAMILY=avx2 / scalar to force one). Build against a built library, e.g.:
+ * family the CPU picks (or TORCHBURN_QFAMILY=avx2 / scalar to force one); TORCHBURN_QFORMAT=int8 times
+ * int8 weights instead. Build against a built library, e.g.:
  *   gcc -O2 -Iinclude -Isrc -DTB_HAVE_X86 tools/qmatmul_timing.c build/rel/libtorchburn.a -lm -lpthread -o /tmp/qmatmul_timing
  * Run: TORCHBURN_NUM_THREADS=1 /tmp/qmatmul_timing [seconds_per_case [M]] (M: only that row count)
  * Prints the median time per call and GMAC/s (multiply-adds of the integer dots per second). */
@@ -33,16 +34,21 @@ int main(int argc, char **argv) {
     }
     const int64_t shapes[][2] = {{4864, 896}, {896, 4864}, {1152, 896}};
     const int64_t rows[] = {1, 8, 64, 256};
-    printf("family %s\n", kernels->name);
+    printf("family %s, %s weights\n", kernels->name,
+           getenv("TORCHBURN_QFORMAT") && strcmp(getenv("TORCHBURN_QFORMAT"), "int8") == 0 ? "int8" : "int4 g64");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t n = shapes[s][0], k = shapes[s][1], group = 64;
+        const char *format = getenv("TORCHBURN_QFORMAT");
+        const bool int8 = format && strcmp(format, "int8") == 0;
         float *w = malloc(sizeof(float) * (size_t)(n * k));
         for (int64_t i = 0; i < n * k; i++)
             w[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
-        uint8_t *packed = malloc((size_t)(n * k / 2));
+        uint8_t *packed = malloc((size_t)(int8 ? n * k : n * k / 2));
         float *scales = malloc(sizeof(float) * (size_t)(n * k / group));
-        llm_matrix matrix = {.n = n, .k = k, .format = TB_LLM_QUANT_INT4};
-        if (tb_llm_quantize_int4(w, n, k, group, packed, scales) != TB_OK ||
+        llm_matrix matrix = {.n = n, .k = k, .format = int8 ? TB_LLM_QUANT_INT8 : TB_LLM_QUANT_INT4};
+        const tb_status quantized = int8 ? tb_quantize_int8(w, n, k, (int8_t *)packed, scales)
+                                         : tb_llm_quantize_int4(w, n, k, group, packed, scales);
+        if (quantized != TB_OK ||
             tb_llm_matrix_bind(&matrix, packed, scales, group) != TB_OK) {
             fprintf(stderr, "quantize failed\n");
             return 1;

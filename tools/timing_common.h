@@ -1,4 +1,4 @@
-/* The clock and the median helper the standalone timing tools (tools/*_timing.c) share. */
+/* The clock and the median helper the standalone timing tools (gemm_timing.c, qmatmul_timing.c) share. */
 #ifndef TORCHBURN_TOOLS_TIMING_COMMON_H
 #define TORCHBURN_TOOLS_TIMING_COMMON_H
 

@@ -101,12 +101,6 @@ void tb_llm_gemm_prepare_avx2(const float *x, int64_t x_stride, int64_t m, int64
     }
 }
 
-TB_INLINE __m256i broadcast4(const uint8_t *p) { /* the int8 path's weight broadcast */
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
 /* The exact int32 dots of one 32-block, NR weight rows x 2 vectors of 8 activation rows: dots[r][v]. */
 TB_INLINE void block_dots(const uint8_t *const *u, bool int4, const unsigned char *xq, int64_t mp,
                           __m256i dots[NR][2]) {
@@ -158,22 +152,42 @@ TB_INLINE void block_dots(const uint8_t *const *u, bool int4, const unsigned cha
         dots[3][1] = _mm256_madd_epi16(d31, ones);
         return;
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        dots[r][0] = dots[r][1] = _mm256_setzero_si256();
+    /* int8: |w| x (x with w's sign), widened per quad; in assembly for the same reason as the int4 step */
+    __m256i e00 = _mm256_setzero_si256(), e01 = e00, e10 = e00, e11 = e00;
+    __m256i e20 = e00, e21 = e00, e30 = e00, e31 = e00;
     for (int quad = 0; quad < 8; quad++) {
-        const unsigned char *xrow = xq + quad * mp * 4;
-        const __m256i x0 = _mm256_loadu_si256((const __m256i *)xrow);
-        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xrow + 32));
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const __m256i w = broadcast4(u[r] + 4 * quad), magnitude = _mm256_abs_epi8(w);
-            const __m256i p0 = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x0, w));
-            const __m256i p1 = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x1, w));
-            dots[r][0] = _mm256_add_epi32(dots[r][0], _mm256_madd_epi16(p0, ones));
-            dots[r][1] = _mm256_add_epi32(dots[r][1], _mm256_madd_epi16(p1, ones));
-        }
+        __m256i x0, x1, w, magnitude, t;
+#define TB_INT8_ROW(U, D0, D1)                                                                         \
+    "vpbroadcastd (%[" U "]), %[w]\n\t"                                                               \
+    "vpabsb %[w], %[m]\n\t"                                                                           \
+    "vpsignb %[w], %[x0], %[t]\n\t"                                                                   \
+    "vpmaddubsw %[t], %[m], %[t]\n\t"                                                                 \
+    "vpmaddwd %[ones], %[t], %[t]\n\t"                                                                \
+    "vpaddd %[t], %[" D0 "], %[" D0 "]\n\t"                                                            \
+    "vpsignb %[w], %[x1], %[t]\n\t"                                                                   \
+    "vpmaddubsw %[t], %[m], %[t]\n\t"                                                                 \
+    "vpmaddwd %[ones], %[t], %[t]\n\t"                                                                \
+    "vpaddd %[t], %[" D1 "], %[" D1 "]\n\t"
+        __asm__("vmovdqu (%[x]), %[x0]\n\t"
+                "vmovdqu 32(%[x]), %[x1]\n\t"
+                TB_INT8_ROW("u0", "d00", "d01") TB_INT8_ROW("u1", "d10", "d11")
+                TB_INT8_ROW("u2", "d20", "d21") TB_INT8_ROW("u3", "d30", "d31")
+                : [d00] "+x"(e00), [d01] "+x"(e01), [d10] "+x"(e10), [d11] "+x"(e11), [d20] "+x"(e20),
+                  [d21] "+x"(e21), [d30] "+x"(e30), [d31] "+x"(e31), [x0] "=&x"(x0), [x1] "=&x"(x1),
+                  [w] "=&x"(w), [m] "=&x"(magnitude), [t] "=&x"(t)
+                : [x] "r"(xq + quad * mp * 4), [u0] "r"(u[0] + 4 * quad), [u1] "r"(u[1] + 4 * quad),
+                  [u2] "r"(u[2] + 4 * quad), [u3] "r"(u[3] + 4 * quad), [ones] "x"(ones)
+                : "memory");
+#undef TB_INT8_ROW
     }
+    dots[0][0] = e00;
+    dots[0][1] = e01;
+    dots[1][0] = e10;
+    dots[1][1] = e11;
+    dots[2][0] = e20;
+    dots[2][1] = e21;
+    dots[3][0] = e30;
+    dots[3][1] = e31;
 }
 
 /* NR weight rows (u: nibbles or s8 bytes in k order, zero past K; ws: their scale per 32-block) x 16
