@@ -275,14 +275,15 @@ static void test_qmatmul_with(const tb_llm_qkernels *fast, bool exact) {
         }
 }
 
-/* Weights that end at a page followed by an inaccessible one, prepared rows and outputs in guarded
- * buffers: the kernels never read past the matrix (K tails included) nor write outside their columns. */
+/* Weights and prepared activation rows that each end at a page followed by an inaccessible one, outputs in
+ * guarded buffers: the kernels never read past the matrix (K tails included) or past the last activation
+ * row (every tile height 1..5), nor write outside their columns. */
 static void test_qmatmul_bounds(const tb_llm_qkernels *fast) {
     const long page = sysconf(_SC_PAGESIZE);
     const int64_t ks[] = {32, 96, 160, 200, 896};
     for (int format = 0; format < 2; format++)
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
-            const int64_t k = ks[ki], n = 7, group = 32, m = 3;
+            const int64_t k = ks[ki], n = 7, group = 32, m = 5;
             if (format && k % group != 0)
                 continue;
             qmatrix q;
@@ -298,12 +299,19 @@ static void test_qmatmul_bounds(const tb_llm_qkernels *fast) {
             const int64_t row_bytes = tb_llm_qact_row_bytes(q.m.format, k);
             float *x = tb_test_guarded_alloc(m * k);
             fill(x, m * k, 1.0f);
-            float *act = tb_test_guarded_alloc((m * row_bytes + 3) / 4);
+            const size_t act_bytes = (size_t)(m * row_bytes);
+            const size_t act_span = (act_bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
+            unsigned char *act_map = mmap(NULL, act_span + (size_t)page, PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            TB_CHECK(act_map != MAP_FAILED);
+            TB_CHECK(mprotect(act_map + act_span, (size_t)page, PROT_NONE) == 0);
+            unsigned char *act = act_map + act_span - act_bytes; /* the last row ends the page */
             float *y = tb_test_guarded_alloc(m * n), *y_ref = malloc(sizeof(float) * (size_t)(m * n));
             for (int64_t i = 0; i < m; i++)
-                fast->prepare(q.m.format, x + i * k, k, (unsigned char *)act + i * row_bytes);
+                fast->prepare(q.m.format, x + i * k, k, act + i * row_bytes);
             for (int64_t mm = 1; mm <= m; mm++) {
-                tb_llm_qrun run = {.w = &w, .m = mm, .act = (const unsigned char *)act, .act_row_bytes = row_bytes,
+                /* the last mm rows, so that a read past the tile's last row meets the inaccessible page */
+                tb_llm_qrun run = {.w = &w, .m = mm, .act = act + (m - mm) * row_bytes, .act_row_bytes = row_bytes,
                                    .y = y_ref, .y_row_stride = n, .bias = q.m.bias};
                 tb_llm_qkernels_ref.rows(&run, 0, n);
                 run.y = y;
@@ -316,10 +324,9 @@ static void test_qmatmul_bounds(const tb_llm_qkernels *fast) {
                 TB_CHECK_MSG(ok, "%s bounds %s k=%lld m=%lld", fast->name, format ? "int4" : "int8", (long long)k,
                              (long long)mm);
             }
-            TB_CHECK(tb_test_guard_ok(x, m * k) && tb_test_guard_ok(act, (m * row_bytes + 3) / 4) &&
-                     tb_test_guard_ok(y, m * n));
+            TB_CHECK(tb_test_guard_ok(x, m * k) && tb_test_guard_ok(y, m * n));
             tb_test_guarded_free(x);
-            tb_test_guarded_free(act);
+            munmap(act_map, act_span + (size_t)page);
             tb_test_guarded_free(y);
             free(y_ref);
             munmap(map, span + (size_t)page);

@@ -24,6 +24,7 @@
 #define TB_INLINE static inline __attribute__((always_inline))
 
 enum { NR = 1, MB = 4, PREFETCH_BYTES = 4096 };
+_Static_assert(MB == 4, "tile_lanes has one copy per row count 1..4");
 
 /* Weight scales of the 16 lanes of int4 block b (lane l covers k in [128b + 8l, +8)): lanes 0-7 in s[0],
  * 8-15 in s[1]; lanes at or past k get 0 (their dots are 0, so the lane keeps its value, as the reference
@@ -293,10 +294,12 @@ static void tile_lanes(const tb_quant_weight *w, const uint8_t *const *rows, con
         else                                                                                           \
             int4_tile(rows, scales, act, ld_act, MBV, w->k, w->group_size, lanes);                     \
     } while (0)
-    if (mb == 1)
-        TILE(1);
-    else
-        TILE(MB);
+    switch (mb) { /* the row count is a constant in each copy (its accumulators stay in registers) */
+    case 1: TILE(1); break;
+    case 2: TILE(2); break;
+    case 3: TILE(3); break;
+    default: TILE(4); break;
+    }
 #undef TILE
 }
 
