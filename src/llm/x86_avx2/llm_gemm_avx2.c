@@ -113,34 +113,23 @@ TB_INLINE void block_dots(const uint8_t *const *u, bool int4, const unsigned cha
          * it is 8 sums + 2 activation vectors + 1 broadcast + 1 product register. */
         for (int quad = 0; quad < 8; quad++) {
             __m256i x0, x1, w, t;
+#define TB_INT4_ROW(U, D0, D1)                                                                         \
+    "vpbroadcastd (%[" U "]), %[w]\n\t"                                                               \
+    "vpmaddubsw %[x0], %[w], %[t]\n\t"                                                                \
+    "vpaddw %[t], %[" D0 "], %[" D0 "]\n\t"                                                            \
+    "vpmaddubsw %[x1], %[w], %[t]\n\t"                                                                \
+    "vpaddw %[t], %[" D1 "], %[" D1 "]\n\t"
             __asm__("vmovdqu (%[x]), %[x0]\n\t"
                     "vmovdqu 32(%[x]), %[x1]\n\t"
-                    "vpbroadcastd (%[u0]), %[w]\n\t"
-                    "vpmaddubsw %[x0], %[w], %[t]\n\t"
-                    "vpaddw %[t], %[d00], %[d00]\n\t"
-                    "vpmaddubsw %[x1], %[w], %[t]\n\t"
-                    "vpaddw %[t], %[d01], %[d01]\n\t"
-                    "vpbroadcastd (%[u1]), %[w]\n\t"
-                    "vpmaddubsw %[x0], %[w], %[t]\n\t"
-                    "vpaddw %[t], %[d10], %[d10]\n\t"
-                    "vpmaddubsw %[x1], %[w], %[t]\n\t"
-                    "vpaddw %[t], %[d11], %[d11]\n\t"
-                    "vpbroadcastd (%[u2]), %[w]\n\t"
-                    "vpmaddubsw %[x0], %[w], %[t]\n\t"
-                    "vpaddw %[t], %[d20], %[d20]\n\t"
-                    "vpmaddubsw %[x1], %[w], %[t]\n\t"
-                    "vpaddw %[t], %[d21], %[d21]\n\t"
-                    "vpbroadcastd (%[u3]), %[w]\n\t"
-                    "vpmaddubsw %[x0], %[w], %[t]\n\t"
-                    "vpaddw %[t], %[d30], %[d30]\n\t"
-                    "vpmaddubsw %[x1], %[w], %[t]\n\t"
-                    "vpaddw %[t], %[d31], %[d31]"
+                    TB_INT4_ROW("u0", "d00", "d01") TB_INT4_ROW("u1", "d10", "d11")
+                    TB_INT4_ROW("u2", "d20", "d21") TB_INT4_ROW("u3", "d30", "d31")
                     : [d00] "+x"(d00), [d01] "+x"(d01), [d10] "+x"(d10), [d11] "+x"(d11), [d20] "+x"(d20),
                       [d21] "+x"(d21), [d30] "+x"(d30), [d31] "+x"(d31), [x0] "=&x"(x0), [x1] "=&x"(x1),
                       [w] "=&x"(w), [t] "=&x"(t)
                     : [x] "r"(xq + quad * mp * 4), [u0] "r"(u[0] + 4 * quad), [u1] "r"(u[1] + 4 * quad),
                       [u2] "r"(u[2] + 4 * quad), [u3] "r"(u[3] + 4 * quad)
                     : "memory");
+#undef TB_INT4_ROW
         }
         dots[0][0] = _mm256_madd_epi16(d00, ones);
         dots[0][1] = _mm256_madd_epi16(d01, ones);
