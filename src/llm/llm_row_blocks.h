@@ -8,7 +8,7 @@
 
 #include "llm/llm_internal.h"
 
-enum { TB_LLM_ROW_BLOCK_MAX = 4 }; /* the largest nr_max and mb_max of any kernel */
+enum { TB_LLM_ROW_BLOCK_MAX = 8 }; /* the largest nr_max and mb_max of any kernel (AVX2: mb_max 8) */
 
 /* dots[i * nr_max + r] = the dot of activation row i (< mb) with weight row r (< nr_max): `rows` and
  * `scales` name nr_max weight rows (a short block repeats its last row; those results are dropped). */

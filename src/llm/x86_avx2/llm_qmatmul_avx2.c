@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "llm/llm_internal.h"
+#include "llm/llm_row_blocks.h"
 
 #define TB_INLINE static inline __attribute__((always_inline))
 
@@ -303,42 +304,22 @@ static void tile_lanes(const tb_quant_weight *w, const uint8_t *const *rows, con
 #undef TILE
 }
 
-/* M > 1: NR weight rows at a time (a short block repeats its last row; those results are dropped), the
- * activation rows in chunks of 8 whose 8 * NR outputs have their lanes summed together. */
-static void rows_tiles(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
-    enum { CHUNK = 8 };
-    const tb_quant_weight *w = run->w;
-    for (int64_t n = n_begin; n < n_end; n += NR) {
-        const int64_t nr = n_end - n < NR ? n_end - n : NR;
-        const uint8_t *rows[NR];
-        const float *scales[NR];
-        for (int r = 0; r < NR; r++) {
-            const int64_t row = n + (r < nr ? r : nr - 1);
-            rows[r] = (const uint8_t *)w->data + row * w->row_bytes;
-            scales[r] = w->scales + row * w->scales_per_row;
-        }
-        for (int64_t m0 = 0; m0 < run->m; m0 += CHUNK) {
-            const int64_t mc = run->m - m0 < CHUNK ? run->m - m0 : CHUNK;
-            float lanes[CHUNK * NR][16], totals[CHUNK * NR];
-            for (int64_t i = 0; i < mc; i += MB)
-                tile_lanes(w, rows, scales, run->act + (m0 + i) * run->act_row_bytes, run->act_row_bytes,
-                           mc - i < MB ? mc - i : MB, lanes + i * NR);
-            lane_sums((const float(*)[16])lanes, mc * NR, totals);
-            for (int64_t i = 0; i < mc; i++)
-                for (int64_t r = 0; r < nr; r++) {
-                    const float dot = totals[i * NR + r];
-                    const float value = w->type == TB_QUANT_INT8 ? dot * scales[r][0] : dot;
-                    run->y[(m0 + i) * run->y_row_stride + n + r] = value + (run->bias ? run->bias[n + r] : 0.0f);
-                }
-        }
-    }
+/* The row-block loop's dots for up to CHUNK activation rows: tiles of up to MB rows, then the lanes of all
+ * of them summed together (dots[i * NR + r]). */
+enum { CHUNK = 8 };
+static void dots_for(const tb_quant_weight *w, const uint8_t *const *rows, const float *const *scales,
+                     const unsigned char *act, int64_t ld_act, int64_t mb, float *dots) {
+    float lanes[CHUNK * NR][16];
+    for (int64_t i = 0; i < mb; i += MB)
+        tile_lanes(w, rows, scales, act + i * ld_act, ld_act, mb - i < MB ? mb - i : MB, lanes + i * NR);
+    lane_sums((const float(*)[16])lanes, mb * NR, dots);
 }
 
 static void rows_avx2(const tb_llm_qrun *run, int64_t n_begin, int64_t n_end) {
     if (run->m == 1)
         row_vector_avx2(run, n_begin, n_end);
     else
-        rows_tiles(run, n_begin, n_end);
+        tb_llm_row_blocks(run, n_begin, n_end, NR, CHUNK, dots_for);
 }
 
 const tb_llm_qkernels tb_llm_qkernels_avx2 = {.name = "avx2",
