@@ -10,6 +10,8 @@ static const tb_nn_kernels nn_kernels_ref = {
     .im2col_panel = tb_im2col_panel_ref,
     .conv2d_plane = tb_conv2d_plane_f32,
     .max_pool2d_plane = tb_max_pool2d_plane_f32,
+    .winograd_input = tb_winograd_input_ref,
+    .winograd_output = tb_winograd_output_ref,
 };
 
 #if defined(TB_HAVE_X86)
@@ -22,6 +24,8 @@ static const tb_nn_kernels nn_kernels_avx2 = {
     .conv_direct_lanes = 8,
     .conv_direct_rows = 6,
     .conv_direct_max_stride = 1, /* stride 2 here (a deinterleave per 6-channel tile) lost to im2col panels */
+    .winograd_input = tb_winograd_input_avx2,
+    .winograd_output = tb_winograd_output_avx2,
 };
 
 static const tb_nn_kernels nn_kernels_avx512 = {
@@ -33,6 +37,8 @@ static const tb_nn_kernels nn_kernels_avx512 = {
     .conv_direct_lanes = 16,
     .conv_direct_rows = 14,
     .conv_direct_max_stride = 2,
+    .winograd_input = tb_winograd_input_avx512,
+    .winograd_output = tb_winograd_output_avx512,
 };
 #endif
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/conv_gemm.h"
+#include "kernels/conv_winograd.h"
 #include "ops/ops_nn_internal.h"
 #include "torchburn/alloc.h"
 
@@ -27,6 +28,7 @@ typedef enum conv_path {
     CONV_DIRECT,        /* the direct path over rows of vector slots: packs the weights */
     CONV_PACKED,        /* im2col into packed GEMM panels per (image, group): packs the weights */
     CONV_PACKED_IMAGES, /* the same over the columns of all images concatenated: packs the weights */
+    CONV_WINOGRAD,      /* 3x3 stride 1: Winograd F(2x2, 3x3) (kernels/conv_winograd.h): transforms the weights */
 } conv_path;
 
 typedef struct conv_job {
@@ -43,6 +45,7 @@ typedef struct conv_job {
     int64_t slots;               /* its slots per (image, group) */
     conv_path path;              /* chosen by choose_path */
     tb_conv_gemm plan;           /* the packed GEMM path */
+    tb_winograd_plan winograd;   /* the Winograd path */
     const float *packed_weight;  /* groups x tb_conv_gemm_weight_floats */
     int64_t tile, tiles;         /* output columns per task; tasks per (image, group) */
     int64_t m_rows, m_parts;     /* packed path: output channels per task (whole register tiles), parts */
@@ -115,6 +118,24 @@ static bool concatenate_images(const tb_conv_shape *s, int nr) {
     int64_t spatial = s->out_h * s->out_w;
     int64_t padded = (spatial + nr - 1) / nr * nr;
     return s->batch > 1 && s->groups == 1 && (padded - spatial) * 8 > spatial;
+}
+
+/* Tasks are (block of tiles, part of the output channels) of the Winograd path. */
+static void conv_winograd_tasks(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    conv_job *job = context;
+    const tb_winograd_plan *plan = &job->winograd;
+    float *v = tb_ops_scratch(0, tb_winograd_v_floats(plan));
+    float *m = tb_ops_scratch(1, tb_winograd_m_floats(plan));
+    float *work = tb_ops_scratch(2, tb_winograd_work_floats(plan));
+    if (!v || !m || !work) {
+        tb_nn_fail(&job->failure, TB_ERR_OUT_OF_MEMORY);
+        return;
+    }
+    const int64_t parts = tb_winograd_parts(plan);
+    for (int64_t task = begin; task < end; task++)
+        tb_winograd_run(plan, job->packed_weight, job->x, task / parts, task % parts, v, m, work, job->y, job->bias,
+                        job->activation, job->residual);
 }
 
 /* Tasks are (image, group, slot range) of the direct path. */
@@ -215,6 +236,8 @@ static void choose_tiles(const tb_conv_shape *s, int64_t units, int64_t min_unit
 
 /* Floats of the packed weights of job's path (CONV_DIRECT or a packed path). */
 static int64_t packed_weight_floats(const conv_job *job) {
+    if (job->path == CONV_WINOGRAD)
+        return tb_winograd_weight_floats(&job->winograd);
     return job->path == CONV_DIRECT ? job->s->out_channels * job->s->k
                                     : tb_conv_gemm_weight_floats(&job->plan) * job->s->groups;
 }
@@ -222,6 +245,10 @@ static int64_t packed_weight_floats(const conv_job *job) {
 /* Packs every group's weights (times row_scale) in the layout of job's path into out. */
 static void pack_weights_into(const conv_job *job, float *out) {
     const tb_conv_shape *s = job->s;
+    if (job->path == CONV_WINOGRAD) { /* one group */
+        tb_winograd_pack_weight(&job->winograd, job->w, job->row_scale, out);
+        return;
+    }
     const int64_t per_group = job->path == CONV_DIRECT ? s->out_per_group * s->k : tb_conv_gemm_weight_floats(&job->plan);
     const int direct_rows = tb_nn_kernels_for(tb_isa_active())->conv_direct_rows;
     for (int64_t g = 0; g < s->groups; g++) {
@@ -363,10 +390,29 @@ static bool is_pointwise(const tb_conv_shape *s) {
 /* Whether a path packs the weights, so that a BN scale can be applied while packing. */
 static bool path_packs_weights(conv_path path) { return path >= CONV_DIRECT; }
 
-/* Chooses the path for s and initialises *plan, the packed GEMM plan the packed paths use. */
-static conv_path choose_path(const tb_conv_shape *s, tb_conv_gemm *plan) {
+/* Whether Winograd F(2x2, 3x3) takes s: 3x3, stride 1, no dilation, one group, and at least
+ * WINOGRAD_MIN_CHANNELS channels in and out (TORCHBURN_CONV_WINOGRAD=0: never). Measured on Zen 3
+ * (docs/benchmarks.md, 2026-12-07 night): 1.1-1.8x the direct / im2col paths from 64 to 512 channels
+ * at batch 1 and 8, a tie at 16 -> 32 channels; below that the GEMM depth (C_in) is too short. */
+enum { WINOGRAD_MIN_CHANNELS = 16 };
+static bool winograd_suits(const tb_conv_shape *s) {
+    const tb_window_geometry *g = &s->geometry;
+    return s->kernel_h == 3 && s->kernel_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
+           g->dilation_w == 1 && s->groups == 1 && s->in_channels >= WINOGRAD_MIN_CHANNELS &&
+           s->out_channels >= WINOGRAD_MIN_CHANNELS && tb_winograd_enabled();
+}
+
+/* Chooses the path for s and initialises *plan, the packed GEMM plan the packed paths use (and
+ * *winograd when it chooses that path). */
+static conv_path choose_path(const tb_conv_shape *s, tb_conv_gemm *plan, tb_winograd_plan *winograd) {
     tb_conv_gemm_init(plan, tb_isa_active(), s->out_per_group, s->k);
     bool images = concatenate_images(s, plan->nr);
+    if (winograd_suits(s)) {
+        const tb_window_geometry *g = &s->geometry;
+        tb_winograd_init(winograd, tb_isa_active(), s->batch, s->in_channels, s->out_channels, s->in_h, s->in_w,
+                         s->out_h, s->out_w, g->pad_top, g->pad_left, tb_num_threads());
+        return CONV_WINOGRAD;
+    }
     /* 1x1 planes too small for the GEMM's panels take the packed path's concatenated columns */
     if (is_pointwise(s))
         return images ? CONV_PACKED_IMAGES : CONV_POINTWISE;
@@ -398,7 +444,13 @@ static tb_status conv_run(conv_job *job) {
     if (job->path == CONV_POINTWISE)
         return conv_pointwise(job);
     atomic_init(&job->failure.status, TB_OK);
-    if (job->path == CONV_DIRECT) {
+    if (job->path == CONV_WINOGRAD) {
+        tb_tensor packed = {0};
+        TB_TRY(packed_weights(job, &packed));
+        tb_parallel_for(tb_winograd_blocks(&job->winograd) * tb_winograd_parts(&job->winograd), 1,
+                        conv_winograd_tasks, job);
+        tb_tensor_release(&packed);
+    } else if (job->path == CONV_DIRECT) {
         const tb_nn_kernels *kernels = tb_nn_kernels_for(tb_isa_active());
         int64_t lanes = kernels->conv_direct_lanes;
         job->direct = kernels->conv_direct;
@@ -519,7 +571,7 @@ static tb_status conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in,
         status = tb_nn_stage_vector(epilogue->shift, s.out_channels, "conv2d: shift", &t[SHIFT]);
     conv_job job = {.s = &s, .activation = (tb_activation)activation};
     if (status == TB_OK) {
-        job.path = choose_path(&s, &job.plan);
+        job.path = choose_path(&s, &job.plan, &job.winograd);
         status = fold_epilogue(&t[W], &t[BIAS], &t[SCALE], &t[SHIFT], s.out_channels, s.k,
                                !path_packs_weights(job.path), &t[FOLDED_W], &t[FOLDED_B]);
     }

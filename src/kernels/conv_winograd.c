@@ -1,0 +1,185 @@
+/* The Winograd F(2x2, 3x3) convolution driver (contract in kernels/conv_winograd.h): weight
+ * transform and packing, task blocking from the CPU's L2, and one task's k-blocked GEMMs between the
+ * per-ISA input and output transforms (kernels/simd/winograd_body.h). */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv_winograd.h"
+#include "kernels/nn_kernels.h"
+
+/* -1: not read yet; 0: off (TORCHBURN_CONV_WINOGRAD=0); 1: on */
+static atomic_int winograd_mode = -1;
+
+bool tb_winograd_enabled(void) {
+    int mode = atomic_load_explicit(&winograd_mode, memory_order_relaxed);
+    if (mode < 0) {
+        const char *text = getenv("TORCHBURN_CONV_WINOGRAD");
+        mode = text && strcmp(text, "0") == 0 ? 0 : 1;
+        atomic_store_explicit(&winograd_mode, mode, memory_order_relaxed);
+    }
+    return mode == 1;
+}
+
+/* Output channels of one task at most: the input transform is redone per part, so parts are few; M
+ * (16 x part x block tiles) must stay in L2 beside V. */
+enum { WINOGRAD_MAX_PART = 128, WINOGRAD_MAX_BLOCK_PANELS = 8 };
+
+static int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+void tb_winograd_init(tb_winograd_plan *plan, tb_isa isa, int64_t batch, int64_t in_channels, int64_t out_channels,
+                      int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, int64_t pad_top, int64_t pad_left,
+                      int64_t threads) {
+    const tb_gemm_microkernel *uk = tb_gemm_microkernel_for(isa);
+    const tb_nn_kernels *nn = tb_nn_kernels_for(isa);
+    memset(plan, 0, sizeof *plan);
+    plan->microkernel = uk;
+    plan->mr = uk->mr;
+    plan->nr = uk->nr;
+    plan->kc = tb_gemm_blocking_for(uk).kc;
+    if (plan->kc > in_channels)
+        plan->kc = in_channels > 0 ? in_channels : 1;
+    plan->in_channels = in_channels;
+    plan->out_channels = out_channels;
+    plan->m_panels = (out_channels + uk->mr - 1) / uk->mr;
+    plan->input = nn->winograd_input;
+    plan->output = nn->winograd_output;
+    tb_winograd_geometry *geo = &plan->geo;
+    geo->in_h = in_h;
+    geo->in_w = in_w;
+    geo->out_h = out_h;
+    geo->out_w = out_w;
+    geo->pad_top = pad_top;
+    geo->pad_left = pad_left;
+    geo->tiles_h = (out_h + 1) / 2;
+    geo->tiles_w = (out_w + 1) / 2;
+    geo->x_image_stride = in_channels * in_h * in_w;
+    geo->y_image_stride = out_channels * out_h * out_w;
+    plan->tiles = batch * geo->tiles_h * geo->tiles_w;
+
+    /* output channels per task: whole panels, at most WINOGRAD_MAX_PART */
+    int64_t parts = (out_channels + WINOGRAD_MAX_PART - 1) / WINOGRAD_MAX_PART;
+    if (parts < 1)
+        parts = 1;
+    plan->part_rows = round_up((plan->m_panels + parts - 1) / parts, 1) * uk->mr;
+    if (plan->part_rows > plan->m_panels * uk->mr)
+        plan->part_rows = plan->m_panels * uk->mr;
+    /* tiles per task: V (16 x block x kc) and M (16 x part x block) within half the L2 */
+    const tb_cpu_features *f = tb_cpu_get_features();
+    int64_t l2_floats = (f->l2.size_bytes > 0 ? f->l2.size_bytes : 512 * 1024) / (int64_t)sizeof(float);
+    int64_t block = l2_floats / 2 / (TB_WINOGRAD_POSITIONS * (plan->kc + plan->part_rows));
+    block = block / uk->nr * uk->nr;
+    if (block < uk->nr)
+        block = uk->nr;
+    if (block > WINOGRAD_MAX_BLOCK_PANELS * uk->nr)
+        block = WINOGRAD_MAX_BLOCK_PANELS * uk->nr;
+    /* a few tasks per thread where the tiles allow it, else split the output channels further */
+    while (block > uk->nr && (plan->tiles + block - 1) / block * parts < 4 * threads)
+        block -= uk->nr;
+    plan->block_tiles = block;
+    int64_t blocks = (plan->tiles + block - 1) / block;
+    while (blocks * parts < threads && parts < plan->m_panels) {
+        parts++;
+        plan->part_rows = (plan->m_panels + parts - 1) / parts * uk->mr;
+    }
+}
+
+int64_t tb_winograd_weight_floats(const tb_winograd_plan *plan) {
+    return TB_WINOGRAD_POSITIONS * plan->m_panels * plan->mr * plan->in_channels;
+}
+
+int64_t tb_winograd_v_floats(const tb_winograd_plan *plan) {
+    return TB_WINOGRAD_POSITIONS * plan->block_tiles * plan->kc;
+}
+
+int64_t tb_winograd_m_floats(const tb_winograd_plan *plan) {
+    return TB_WINOGRAD_POSITIONS * plan->part_rows * plan->block_tiles;
+}
+
+int64_t tb_winograd_work_floats(const tb_winograd_plan *plan) {
+    int64_t longest = plan->block_tiles > plan->geo.tiles_w ? plan->block_tiles : plan->geo.tiles_w;
+    return 16 * (longest + 2) + 64;
+}
+
+int64_t tb_winograd_blocks(const tb_winograd_plan *plan) {
+    return (plan->tiles + plan->block_tiles - 1) / plan->block_tiles;
+}
+
+int64_t tb_winograd_parts(const tb_winograd_plan *plan) {
+    return (plan->out_channels + plan->part_rows - 1) / plan->part_rows;
+}
+
+/* U = G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], summed in double and rounded once. */
+static void transform_filter(const float g[9], float u[TB_WINOGRAD_POSITIONS]) {
+    double t[4][3]; /* G g */
+    for (int j = 0; j < 3; j++) {
+        double g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
+        t[0][j] = g0;
+        t[1][j] = 0.5 * (g0 + g1 + g2);
+        t[2][j] = 0.5 * (g0 - g1 + g2);
+        t[3][j] = g2;
+    }
+    for (int i = 0; i < 4; i++) {
+        double a = t[i][0], b = t[i][1], c = t[i][2];
+        u[4 * i + 0] = (float)a;
+        u[4 * i + 1] = (float)(0.5 * (a + b + c));
+        u[4 * i + 2] = (float)(0.5 * (a - b + c));
+        u[4 * i + 3] = (float)c;
+    }
+}
+
+/* U_xi panels: packed[xi * (m_panels * mr * C_in) + panel * mr * C_in + c * mr + i] for output channel
+ * panel * mr + i (zero past out_channels): the A-panel layout of gemm_internal.h over the whole C_in. */
+void tb_winograd_pack_weight(const tb_winograd_plan *plan, const float *w, const float *row_scale, float *packed) {
+    const int mr = plan->mr;
+    const int64_t cin = plan->in_channels, xi_floats = plan->m_panels * mr * cin;
+    memset(packed, 0, (size_t)tb_winograd_weight_floats(plan) * sizeof(float));
+    for (int64_t co = 0; co < plan->out_channels; co++) {
+        const int64_t panel = co / mr, i = co % mr;
+        const float scale = row_scale ? row_scale[co] : 1.0f;
+        for (int64_t c = 0; c < cin; c++) {
+            const float *from = w + (co * cin + c) * 9;
+            float g[9], u[TB_WINOGRAD_POSITIONS];
+            for (int q = 0; q < 9; q++)
+                g[q] = row_scale ? from[q] * scale : from[q];
+            transform_filter(g, u);
+            float *to = packed + panel * mr * cin + c * mr + i;
+            for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++)
+                to[xi * xi_floats] = u[xi];
+        }
+    }
+}
+
+void tb_winograd_run(const tb_winograd_plan *plan, const float *packed, const float *x, int64_t block, int64_t part,
+                     float *v, float *m, float *work, float *y, const float *bias, tb_activation activation,
+                     const float *residual) {
+    const tb_gemm_microkernel *uk = plan->microkernel;
+    const int mr = plan->mr, nr = plan->nr;
+    const int64_t cin = plan->in_channels, spatial = plan->geo.out_h * plan->geo.out_w;
+    const int64_t t0 = block * plan->block_tiles;
+    const int64_t t1 = t0 + plan->block_tiles < plan->tiles ? t0 + plan->block_tiles : plan->tiles;
+    const int64_t row0 = part * plan->part_rows;
+    const int64_t rows = plan->out_channels - row0 < plan->part_rows ? plan->out_channels - row0 : plan->part_rows;
+    const int64_t panels = (t1 - t0 + nr - 1) / nr, ldm = plan->block_tiles;
+    const int64_t u_xi_floats = plan->m_panels * mr * cin, m_xi_floats = plan->part_rows * ldm;
+    const int64_t row_panels = (rows + mr - 1) / mr;
+    for (int64_t c0 = 0; c0 < cin; c0 += plan->kc) {
+        const int64_t kcur = cin - c0 < plan->kc ? cin - c0 : plan->kc;
+        const int64_t v_xi_floats = panels * kcur * nr;
+        plan->input(&plan->geo, x + c0 * plan->geo.in_h * plan->geo.in_w, t0, t1, kcur, nr, v, v_xi_floats, work);
+        const float beta = c0 == 0 ? 0.0f : 1.0f;
+        for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++) {
+            const float *u = packed + xi * u_xi_floats + row0 * cin + c0 * mr;
+            for (int64_t p = 0; p < row_panels; p++) {
+                const int r = (int)(rows - p * mr < mr ? rows - p * mr : mr);
+                for (int64_t q = 0; q < panels; q++) {
+                    const int cols = (int)(t1 - t0 - q * nr < nr ? t1 - t0 - q * nr : nr);
+                    uk->kernel(kcur, u + p * mr * cin, v + xi * v_xi_floats + q * kcur * nr,
+                               m + xi * m_xi_floats + p * mr * ldm + q * nr, ldm, r, cols, 1.0f, beta);
+                }
+            }
+        }
+    }
+    plan->output(&plan->geo, m, m_xi_floats, ldm, (int)rows, t0, t1, bias ? bias + row0 : NULL, activation,
+                 residual ? residual + row0 * spatial : NULL, y + row0 * spatial, uk->epilogue, work);
+}

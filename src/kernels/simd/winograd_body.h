@@ -1,0 +1,219 @@
+/* The F(2x2, 3x3) input and output transforms (contracts in kernels/conv_winograd.h) as plain C
+ * loops over runs of tiles in one tile row, written so that every inner loop is contiguous: the
+ * including file's flags vectorize them at its ISA's width. All static.
+ *
+ * Input: B^T d B with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. For a run of tiles tx0 .. tx0 +
+ * len - 1 of tile row ty, input row r's columns are split into even and odd ones (tile k's four
+ * columns are even[k], odd[k], even[k + 1], odd[k + 1]), the row combination is taken on those
+ * arrays, then the column combination, each a contiguous loop over k.
+ * Output: A^T M A with A^T = [1 1 1 0; 0 1 -1 -1], summed in the order written below. */
+#ifndef TB_SIMD_WINOGRAD_BODY_H
+#define TB_SIMD_WINOGRAD_BODY_H
+
+#include <string.h>
+
+#include "kernels/conv_winograd.h"
+
+/* Even and odd input columns of input row iy for tiles [tx0, tx0 + len] (len + 1 entries each: the
+ * last tile reads even/odd[len]); zero outside the plane. */
+static void winograd_split_row(const tb_winograd_geometry *geo, const float *plane, int64_t iy, int64_t tx0,
+                               int64_t len, float *restrict even, float *restrict odd) {
+    const int64_t count = len + 1;
+    if (iy < 0 || iy >= geo->in_h) {
+        memset(even, 0, (size_t)count * sizeof(float));
+        memset(odd, 0, (size_t)count * sizeof(float));
+        return;
+    }
+    const float *restrict row = plane + iy * geo->in_w;
+    const int64_t col0 = 2 * tx0 - geo->pad_left; /* input column of even[0] */
+    /* k in [lo, hi): both columns inside the plane */
+    int64_t lo = col0 >= 0 ? 0 : (-col0 + 1) / 2;
+    const int64_t span = geo->in_w - 1 - col0; /* 2k + 1 <= span */
+    int64_t hi = span >= 1 ? (span - 1) / 2 + 1 : 0;
+    if (hi > count)
+        hi = count;
+    if (lo > hi)
+        lo = hi;
+    for (int64_t k = 0; k < lo; k++) {
+        int64_t c = col0 + 2 * k;
+        even[k] = c >= 0 && c < geo->in_w ? row[c] : 0.0f;
+        odd[k] = c + 1 >= 0 && c + 1 < geo->in_w ? row[c + 1] : 0.0f;
+    }
+    const float *restrict from = row + col0;
+    for (int64_t k = lo; k < hi; k++) {
+        even[k] = from[2 * k];
+        odd[k] = from[2 * k + 1];
+    }
+    for (int64_t k = hi; k < count; k++) {
+        int64_t c = col0 + 2 * k;
+        even[k] = c >= 0 && c < geo->in_w ? row[c] : 0.0f;
+        odd[k] = c + 1 >= 0 && c + 1 < geo->in_w ? row[c + 1] : 0.0f;
+    }
+}
+
+/* How many channels ahead the input transform prefetches its rows: the planes of many channels are too
+ * far apart for the hardware prefetcher (as for the panel im2col, kernels/nn_kernels.h). */
+enum { WINOGRAD_PREFETCH_CHANNELS = 8 };
+
+static void winograd_prefetch_rows(const tb_winograd_geometry *geo, const float *plane, int64_t iy0, int64_t tx0,
+                                   int64_t count) {
+    int64_t col0 = 2 * tx0 - geo->pad_left, col1 = col0 + 2 * count;
+    col0 = col0 < 0 ? 0 : col0;
+    col1 = col1 > geo->in_w ? geo->in_w : col1;
+    for (int64_t iy = iy0 < 0 ? 0 : iy0; iy < iy0 + 4 && iy < geo->in_h && col1 > col0; iy++)
+        for (const char *line = (const char *)(plane + iy * geo->in_w + col0);
+             line < (const char *)(plane + iy * geo->in_w + col1); line += 64)
+            __builtin_prefetch(line, 0, 3);
+}
+
+/* Contiguous helpers with restrict parameters, so that each loop vectorizes. */
+static void winograd_sub(const float *restrict a, const float *restrict b, float *restrict out, int64_t n) {
+    for (int64_t k = 0; k < n; k++)
+        out[k] = a[k] - b[k];
+}
+
+static void winograd_add(const float *restrict a, const float *restrict b, float *restrict out, int64_t n) {
+    for (int64_t k = 0; k < n; k++)
+        out[k] = a[k] + b[k];
+}
+
+/* (.) B over the columns of one row of B^T d: tile k's columns are even[k], odd[k], even[k + 1], odd[k + 1]. */
+static void winograd_columns(const float *restrict even, const float *restrict odd, float *restrict v0,
+                             float *restrict v1, float *restrict v2, float *restrict v3, int64_t n) {
+    for (int64_t k = 0; k < n; k++) {
+        v0[k] = even[k] - even[k + 1];
+        v1[k] = odd[k] + even[k + 1];
+        v2[k] = even[k + 1] - odd[k];
+        v3[k] = odd[k] - odd[k + 1];
+    }
+}
+
+static void winograd_input(const tb_winograd_geometry *geo, const float *x, int64_t t0, int64_t t1, int64_t channels,
+                           int nr, float *v, int64_t v_xi_stride, float *work) {
+    const int64_t per_image = geo->tiles_h * geo->tiles_w, plane = geo->in_h * geo->in_w;
+    const int64_t stride = geo->tiles_w + 2; /* floats per work array */
+    float *e[4], *o[4], *re[4], *ro[4];
+    for (int r = 0; r < 4; r++) {
+        e[r] = work + (4 * r) * stride;
+        o[r] = work + (4 * r + 1) * stride;
+        re[r] = work + (4 * r + 2) * stride;
+        ro[r] = work + (4 * r + 3) * stride;
+    }
+    const int64_t panel_floats = channels * nr;
+    for (int64_t t = t0; t < t1;) {
+        const int64_t n = t / per_image, rest = t % per_image, ty = rest / geo->tiles_w, tx0 = rest % geo->tiles_w;
+        const int64_t len = geo->tiles_w - tx0 < t1 - t ? geo->tiles_w - tx0 : t1 - t, count = len + 1;
+        const int64_t iy0 = 2 * ty - geo->pad_top;
+        for (int64_t c = 0; c < channels; c++) {
+            const float *p = x + n * geo->x_image_stride + c * plane;
+            if (c + WINOGRAD_PREFETCH_CHANNELS < channels)
+                winograd_prefetch_rows(geo, p + WINOGRAD_PREFETCH_CHANNELS * plane, iy0, tx0, count);
+            for (int r = 0; r < 4; r++)
+                winograd_split_row(geo, p, iy0 + r, tx0, len, e[r], o[r]);
+            /* B^T d on the even and odd columns: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3 */
+            winograd_sub(e[0], e[2], re[0], count);
+            winograd_sub(o[0], o[2], ro[0], count);
+            winograd_add(e[1], e[2], re[1], count);
+            winograd_add(o[1], o[2], ro[1], count);
+            winograd_sub(e[2], e[1], re[2], count);
+            winograd_sub(o[2], o[1], ro[2], count);
+            winograd_sub(e[1], e[3], re[3], count);
+            winograd_sub(o[1], o[3], ro[3], count);
+            /* then (.) B, into the panels of positions 4i .. 4i + 3, a run not crossing a panel at a time */
+            for (int64_t k0 = 0; k0 < len;) {
+                const int64_t local = t - t0 + k0, q = local / nr, lane = local % nr;
+                const int64_t run = nr - lane < len - k0 ? nr - lane : len - k0;
+                float *at = v + q * panel_floats + c * nr + lane;
+                for (int i = 0; i < 4; i++)
+                    winograd_columns(re[i] + k0, ro[i] + k0, at + (4 * i) * v_xi_stride, at + (4 * i + 1) * v_xi_stride,
+                                     at + (4 * i + 2) * v_xi_stride, at + (4 * i + 3) * v_xi_stride, run);
+                k0 += run;
+            }
+        }
+        t += len;
+    }
+    /* zero lanes of the last panel past t1 (the micro-kernel reads whole panels) */
+    const int64_t used = t1 - t0, padded = (used + nr - 1) / nr * nr;
+    if (padded > used) {
+        const int64_t q = used / nr, lane0 = used % nr;
+        for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++)
+            for (int64_t c = 0; c < channels; c++)
+                memset(v + xi * v_xi_stride + q * panel_floats + c * nr + lane0, 0,
+                       (size_t)(nr - lane0) * sizeof(float));
+    }
+}
+
+/* out = (a + b) + c and out = (a - b) - c (+ shift when given: the bias, added last). */
+static void winograd_sum3(const float *restrict a, const float *restrict b, const float *restrict c,
+                          float *restrict out, int64_t n, float shift) {
+    for (int64_t k = 0; k < n; k++)
+        out[k] = a[k] + b[k] + c[k] + shift;
+}
+
+static void winograd_diff3(const float *restrict a, const float *restrict b, const float *restrict c,
+                           float *restrict out, int64_t n, float shift) {
+    for (int64_t k = 0; k < n; k++)
+        out[k] = a[k] - b[k] - c[k] + shift;
+}
+
+/* out[2k] = a[k], out[2k + 1] = b[k] for k < pairs, and out[2 pairs] = a[pairs] when odd. */
+static void winograd_interleave(const float *restrict a, const float *restrict b, float *restrict out, int64_t cols) {
+    const int64_t pairs = cols / 2;
+    for (int64_t k = 0; k < pairs; k++) {
+        out[2 * k] = a[k];
+        out[2 * k + 1] = b[k];
+    }
+    if (cols & 1)
+        out[2 * pairs] = a[pairs];
+}
+
+static void winograd_output(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
+                            int rows, int64_t t0, int64_t t1, const float *bias, tb_activation activation,
+                            const float *residual, float *y, tb_gemm_epilogue_fn epilogue, float *work) {
+    const int64_t per_image = geo->tiles_h * geo->tiles_w, out_plane = geo->out_h * geo->out_w;
+    const int64_t stride = (t1 - t0 > geo->tiles_w ? t1 - t0 : geo->tiles_w) + 2;
+    float *r[8], *out[4]; /* rows 0 and 1 of A^T M (4 columns each), then the 2 x 2 outputs */
+    for (int q = 0; q < 8; q++)
+        r[q] = work + q * stride;
+    for (int q = 0; q < 4; q++)
+        out[q] = work + (8 + q) * stride;
+    const bool has_epilogue = activation != TB_ACTIVATION_NONE || residual;
+    const int64_t count = t1 - t0;
+    for (int i = 0; i < rows; i++) {
+        /* the transform over the block's tiles at once (long contiguous loops), then each tile row's
+         * run of outputs to its place */
+        const float *mi = m + i * ldm;
+#define M_AT(xi) (mi + (xi) * m_xi_stride)
+        for (int j = 0; j < 4; j++) {
+            winograd_sum3(M_AT(j), M_AT(4 + j), M_AT(8 + j), r[j], count, 0.0f);
+            winograd_diff3(M_AT(4 + j), M_AT(8 + j), M_AT(12 + j), r[4 + j], count, 0.0f);
+        }
+#undef M_AT
+        const float b = bias ? bias[i] : 0.0f;
+        winograd_sum3(r[0], r[1], r[2], out[0], count, b);
+        winograd_diff3(r[1], r[2], r[3], out[1], count, b);
+        winograd_sum3(r[4], r[5], r[6], out[2], count, b);
+        winograd_diff3(r[5], r[6], r[7], out[3], count, b);
+        for (int64_t t = t0; t < t1;) {
+            const int64_t n = t / per_image, rest = t % per_image, ty = rest / geo->tiles_w, tx0 = rest % geo->tiles_w;
+            const int64_t len = geo->tiles_w - tx0 < t1 - t ? geo->tiles_w - tx0 : t1 - t, k = t - t0;
+            const int64_t oy = 2 * ty, ox = 2 * tx0;
+            const int out_rows = oy + 1 < geo->out_h ? 2 : 1;
+            const int64_t out_cols = 2 * len <= geo->out_w - ox ? 2 * len : geo->out_w - ox;
+            float *row0 = y + n * geo->y_image_stride + i * out_plane + oy * geo->out_w + ox;
+            winograd_interleave(out[0] + k, out[1] + k, row0, out_cols);
+            if (out_rows == 2)
+                winograd_interleave(out[2] + k, out[3] + k, row0 + geo->out_w, out_cols);
+            if (has_epilogue) {
+                tb_gemm_epilogue e = {
+                    .bias_kind = TB_BIAS_NONE, .activation = activation,
+                    .residual = residual ? residual + (row0 - y) : NULL, .residual_row_stride = geo->out_w,
+                };
+                epilogue(row0, geo->out_w, out_rows, (int)out_cols, &e);
+            }
+            t += len;
+        }
+    }
+}
+
+#endif
