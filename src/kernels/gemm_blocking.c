@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/gemm_internal.h"
+#include "kernels/conv_winograd.h"
 #include "kernels/nn_kernels.h"
 
 static _Atomic int64_t override_mc, override_kc, override_nc;
@@ -126,12 +127,14 @@ void tb_kernel_variants(tb_isa isa, char gemm_f32[160], char gemm_bf16[96], char
     char depth[32] = "";
     if (choice.max_k > 0)
         snprintf(depth, sizeof depth, ", K <= %lld", (long long)choice.max_k);
+    const char *winograd = tb_winograd_enabled() ? "3x3/1 winograd F(2x2,3x3); " : "";
     if (nn->conv_direct)
-        snprintf(conv, 160, "direct %s %dx%d (stride <= %d%s), else implicit-GEMM %s %dx%d kc=%lld", uk->isa_name,
-                 nn->conv_direct_rows, nn->conv_direct_lanes, choice.max_stride, depth, uk->isa_name, uk->mr, uk->nr,
-                 (long long)b.kc);
+        snprintf(conv, 160, "%sdirect %s %dx%d (stride <= %d%s), else implicit-GEMM %s %dx%d kc=%lld", winograd,
+                 uk->isa_name, nn->conv_direct_rows, nn->conv_direct_lanes, choice.max_stride, depth, uk->isa_name,
+                 uk->mr, uk->nr, (long long)b.kc);
     else
-        snprintf(conv, 160, "implicit-GEMM %s %dx%d kc=%lld", uk->isa_name, uk->mr, uk->nr, (long long)b.kc);
+        snprintf(conv, 160, "%simplicit-GEMM %s %dx%d kc=%lld", winograd, uk->isa_name, uk->mr, uk->nr,
+                 (long long)b.kc);
     /* The LLM's int8-activation matmul family, chosen as llm/llm_qmatmul.c chooses it. */
     const char *q = "scalar";
 #ifdef TB_HAVE_X86
