@@ -7,6 +7,7 @@
 
 #include "kernels/conv_winograd.h"
 #include "kernels/nn_kernels.h"
+#include "torchburn/thread_pool.h"
 
 /* -1: not read yet; 0: off (TORCHBURN_CONV_WINOGRAD=0); 1: on */
 static atomic_int winograd_mode = -1;
@@ -20,6 +21,16 @@ bool tb_winograd_enabled(void) {
     }
     return mode == 1;
 }
+
+void tb_winograd_set_enabled(bool enabled) {
+    atomic_store_explicit(&winograd_mode, enabled ? 1 : 0, memory_order_relaxed);
+}
+
+static atomic_llong winograd_call_count;
+
+int64_t tb_winograd_calls(void) { return atomic_load_explicit(&winograd_call_count, memory_order_relaxed); }
+
+void tb_winograd_count_call(void) { atomic_fetch_add_explicit(&winograd_call_count, 1, memory_order_relaxed); }
 
 /* Output channels of one task at most: the input transform is redone per part, so parts are few; M
  * (16 x part x block tiles) must stay in L2 beside V. */
@@ -130,24 +141,48 @@ static void transform_filter(const float g[9], float u[TB_WINOGRAD_POSITIONS]) {
 
 /* U_xi panels: packed[xi * (m_panels * mr * C_in) + panel * mr * C_in + c * mr + i] for output channel
  * panel * mr + i (zero past out_channels): the A-panel layout of gemm_internal.h over the whole C_in. */
-void tb_winograd_pack_weight(const tb_winograd_plan *plan, const float *w, const float *row_scale, float *packed) {
+typedef struct pack_job {
+    const tb_winograd_plan *plan;
+    const float *w, *row_scale;
+    float *packed;
+} pack_job;
+
+static void pack_panels(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const pack_job *job = context;
+    const tb_winograd_plan *plan = job->plan;
     const int mr = plan->mr;
     const int64_t cin = plan->in_channels, xi_floats = plan->m_panels * mr * cin;
-    memset(packed, 0, (size_t)tb_winograd_weight_floats(plan) * sizeof(float));
-    for (int64_t co = 0; co < plan->out_channels; co++) {
-        const int64_t panel = co / mr, i = co % mr;
-        const float scale = row_scale ? row_scale[co] : 1.0f;
-        for (int64_t c = 0; c < cin; c++) {
-            const float *from = w + (co * cin + c) * 9;
-            float g[9], u[TB_WINOGRAD_POSITIONS];
-            for (int q = 0; q < 9; q++)
-                g[q] = row_scale ? from[q] * scale : from[q];
-            transform_filter(g, u);
-            float *to = packed + panel * mr * cin + c * mr + i;
-            for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++)
-                to[xi * xi_floats] = u[xi];
+    for (int64_t panel = begin; panel < end; panel++)
+        for (int i = 0; i < mr; i++) {
+            const int64_t co = panel * mr + i;
+            float *to = job->packed + panel * mr * cin + i;
+            if (co >= plan->out_channels) { /* the last panel's padding rows */
+                for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++)
+                    for (int64_t c = 0; c < cin; c++)
+                        to[xi * xi_floats + c * mr] = 0.0f;
+                continue;
+            }
+            const float scale = job->row_scale ? job->row_scale[co] : 1.0f;
+            for (int64_t c = 0; c < cin; c++) {
+                const float *from = job->w + (co * cin + c) * 9;
+                float g[9], u[TB_WINOGRAD_POSITIONS];
+                for (int q = 0; q < 9; q++)
+                    g[q] = job->row_scale ? from[q] * scale : from[q];
+                transform_filter(g, u);
+                for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++)
+                    to[xi * xi_floats + c * mr] = u[xi];
+            }
         }
-    }
+}
+
+/* Panels over the thread pool when the weight is large (inline inside a parallel region). */
+void tb_winograd_pack_weight(const tb_winograd_plan *plan, const float *w, const float *row_scale, float *packed) {
+    pack_job job = {.plan = plan, .w = w, .row_scale = row_scale, .packed = packed};
+    if (plan->out_channels * plan->in_channels >= 4096 && !tb_in_parallel_region())
+        tb_parallel_for(plan->m_panels, 1, pack_panels, &job);
+    else
+        pack_panels(&job, 0, plan->m_panels, 0);
 }
 
 void tb_winograd_run(const tb_winograd_plan *plan, const float *packed, const float *x, int64_t block, int64_t part,

@@ -89,8 +89,15 @@ typedef struct tb_winograd_plan {
     tb_winograd_output_fn output;
 } tb_winograd_plan;
 
-/* Whether TORCHBURN_CONV_WINOGRAD allows the path (unset or anything but "0": yes). */
+/* Whether the path is on: TORCHBURN_CONV_WINOGRAD (unset or anything but "0": yes) until
+ * tb_winograd_set_enabled says otherwise (the Python tests run both paths in one process). */
 bool tb_winograd_enabled(void);
+TB_API void tb_winograd_set_enabled(bool enabled);
+
+/* Convolutions the ops layer has run on this path since the process started (tests assert with it
+ * which path ran). */
+TB_API int64_t tb_winograd_calls(void);
+void tb_winograd_count_call(void);
 
 /* Plans a 3x3 stride-1 convolution of in_channels -> out_channels over `batch` images at `isa`, with
  * the task blocks sized from the L2 CPUID reports and `threads`. */

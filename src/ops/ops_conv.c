@@ -393,21 +393,30 @@ static bool path_packs_weights(conv_path path) { return path >= CONV_DIRECT; }
 /* Whether Winograd F(2x2, 3x3) takes s: 3x3, stride 1, no dilation, one group, and at least
  * WINOGRAD_MIN_CHANNELS channels in and out (TORCHBURN_CONV_WINOGRAD=0: never). Measured on Zen 3
  * (docs/benchmarks.md, 2026-12-07 night): 1.1-1.8x the direct / im2col paths from 64 to 512 channels
- * at batch 1 and 8, a tie at 16 -> 32 channels; below that the GEMM depth (C_in) is too short. */
-enum { WINOGRAD_MIN_CHANNELS = 16 };
-static bool winograd_suits(const tb_conv_shape *s) {
+ * at batch 1 and 8 with the transformed weights cached, a tie at 16 -> 32 channels; below that the
+ * GEMM depth (C_in) is too short. The weight transform writes 16/9 of the weight and costs about as
+ * much as 16 tiles' worth of saved multiplications, so a weight that cannot be cached between calls
+ * (cached_weight false: the compile backend's parameters without freeze_weights) needs at least
+ * WINOGRAD_MIN_TILES_UNCACHED tiles (ResNet-18 batch 1 stage 4 has 16: 0.55x eager overall with the
+ * transform per call, docs/benchmarks.md). */
+enum { WINOGRAD_MIN_CHANNELS = 16, WINOGRAD_MIN_TILES_UNCACHED = 64 };
+static bool winograd_suits(const tb_conv_shape *s, bool cached_weight) {
     const tb_window_geometry *g = &s->geometry;
-    return s->kernel_h == 3 && s->kernel_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
-           g->dilation_w == 1 && s->groups == 1 && s->in_channels >= WINOGRAD_MIN_CHANNELS &&
-           s->out_channels >= WINOGRAD_MIN_CHANNELS && tb_winograd_enabled();
+    if (!(s->kernel_h == 3 && s->kernel_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
+          g->dilation_w == 1 && s->groups == 1 && s->in_channels >= WINOGRAD_MIN_CHANNELS &&
+          s->out_channels >= WINOGRAD_MIN_CHANNELS && tb_winograd_enabled()))
+        return false;
+    int64_t tiles = s->batch * ((s->out_h + 1) / 2) * ((s->out_w + 1) / 2);
+    return cached_weight || tiles >= WINOGRAD_MIN_TILES_UNCACHED;
 }
 
 /* Chooses the path for s and initialises *plan, the packed GEMM plan the packed paths use (and
- * *winograd when it chooses that path). */
-static conv_path choose_path(const tb_conv_shape *s, tb_conv_gemm *plan, tb_winograd_plan *winograd) {
+ * *winograd when it chooses that path). cached_weight: the packed-weight cache can keep this weight. */
+static conv_path choose_path(const tb_conv_shape *s, bool cached_weight, tb_conv_gemm *plan,
+                             tb_winograd_plan *winograd) {
     tb_conv_gemm_init(plan, tb_isa_active(), s->out_per_group, s->k);
     bool images = concatenate_images(s, plan->nr);
-    if (winograd_suits(s)) {
+    if (winograd_suits(s, cached_weight)) {
         const tb_window_geometry *g = &s->geometry;
         tb_winograd_init(winograd, tb_isa_active(), s->batch, s->in_channels, s->out_channels, s->in_h, s->in_w,
                          s->out_h, s->out_w, g->pad_top, g->pad_left, tb_num_threads());
@@ -447,6 +456,7 @@ static tb_status conv_run(conv_job *job) {
     if (job->path == CONV_WINOGRAD) {
         tb_tensor packed = {0};
         TB_TRY(packed_weights(job, &packed));
+        tb_winograd_count_call();
         tb_parallel_for(tb_winograd_blocks(&job->winograd) * tb_winograd_parts(&job->winograd), 1,
                         conv_winograd_tasks, job);
         tb_tensor_release(&packed);
@@ -571,7 +581,10 @@ static tb_status conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in,
         status = tb_nn_stage_vector(epilogue->shift, s.out_channels, "conv2d: shift", &t[SHIFT]);
     conv_job job = {.s = &s, .activation = (tb_activation)activation};
     if (status == TB_OK) {
-        job.path = choose_path(&s, &job.plan, &job.winograd);
+        tb_storage *storage = epilogue && epilogue->weight_storage ? epilogue->weight_storage : weight_in->storage;
+        bool cached_weight = storage && tb_gemm_prepack_enabled() && tb_storage_cacheable(storage) &&
+                             tb_tensor_data(&t[W]) == tb_tensor_data(weight_in);
+        job.path = choose_path(&s, cached_weight, &job.plan, &job.winograd);
         status = fold_epilogue(&t[W], &t[BIAS], &t[SCALE], &t[SHIFT], s.out_channels, s.k,
                                !path_packs_weights(job.path), &t[FOLDED_W], &t[FOLDED_B]);
     }

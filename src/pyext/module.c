@@ -7,6 +7,7 @@
 #include "torchburn/ops_nn.h"
 #include "torchburn/probe.h"
 #include "torchburn/thread_pool.h"
+#include "kernels/conv_winograd.h"
 #include "kernels/gemm_internal.h"
 
 #include <string.h>
@@ -117,6 +118,21 @@ static PyObject *py_set_prepack(PyObject *module, PyObject *arg) {
 }
 
 static PyObject *py_get_prepack(PyObject *module, PyObject *unused) { return PyBool_FromLong(tb_gemm_prepack_enabled()); }
+
+/* conv_set_winograd(bool): let 3x3 stride-1 convolutions take the Winograd path (TORCHBURN_CONV_WINOGRAD). */
+static PyObject *py_conv_set_winograd(PyObject *module, PyObject *arg) {
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    tb_winograd_set_enabled(enabled != 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_conv_get_winograd(PyObject *module, PyObject *unused) { return PyBool_FromLong(tb_winograd_enabled()); }
+
+static PyObject *py_conv_winograd_calls(PyObject *module, PyObject *unused) {
+    return PyLong_FromLongLong((long long)tb_winograd_calls());
+}
 
 /* weight_cache_counts() -> dict: weights packed into the caches and calls that reused a cached pack. */
 static PyObject *py_weight_cache_counts(PyObject *module, PyObject *unused) {
@@ -273,6 +289,12 @@ static PyMethodDef module_functions[] = {
     {"weight_cache_counts", py_weight_cache_counts, METH_NOARGS,
      "weight_cache_counts() -> {gemm_packs, gemm_hits, conv_packs, conv_hits}: weights packed into the caches "
      "kept on their storage, and calls that reused one (process-wide)"},
+    {"conv_set_winograd", py_conv_set_winograd, METH_O,
+     "conv_set_winograd(bool): 3x3 stride-1 convolutions of 16+ channels on Winograd F(2x2,3x3) (default on; "
+     "TORCHBURN_CONV_WINOGRAD=0 off)."},
+    {"conv_get_winograd", py_conv_get_winograd, METH_NOARGS, "conv_get_winograd() -> bool: whether the Winograd path is on."},
+    {"conv_winograd_calls", py_conv_winograd_calls, METH_NOARGS,
+     "conv_winograd_calls() -> int: convolutions run on the Winograd path since the process started."},
     {"set_prepack", py_set_prepack, METH_O,
      "set_prepack(bool): keep packed copies of matmul weights with them (default on; TORCHBURN_PREPACK=0 off)."},
     {"get_prepack", (PyCFunction)(void (*)(void))py_get_prepack, METH_NOARGS, "Whether weights are prepacked."},

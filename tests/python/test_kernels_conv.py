@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torchburn
 from torchburn import _C, nn_ops
 
 SHAPES = [  # (c_in, c_out, size, kernel, stride, padding)
@@ -81,3 +82,87 @@ def test_conv_concatenated_images(shape):
     finally:
         _C.gemm_set_blocking(0, 0, 0)
     torch.testing.assert_close(blocked, F.conv2d(x, w, None, stride, padding), rtol=1e-4, atol=1e-4)
+
+
+# Winograd F(2x2, 3x3) (kernels/conv_winograd.h): 3x3 stride-1 convolutions of 16+ channels. The
+# counter proves which path ran; the other paths stay reachable (and tested above) with it off.
+WINOGRAD_SHAPES = [  # (batch, c_in, c_out, size, padding); torch's weights are not cached, so >= 64 tiles
+    (4, 16, 16, 8, 1),
+    (2, 64, 64, 28, 1),
+    (4, 17, 33, 7, 1),   # odd plane: partial tiles, tiles of one block across images
+    (4, 24, 20, 9, 0),
+    (4, 40, 17, 6, 2),
+    (4, 512, 512, 7, 1),
+    (3, 96, 100, 9, 1),
+]
+
+
+@pytest.fixture
+def winograd_on():
+    before = _C.conv_get_winograd()
+    _C.conv_set_winograd(True)
+    yield
+    _C.conv_set_winograd(before)
+
+
+@pytest.mark.parametrize("shape", WINOGRAD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_winograd_against_float64(shape, winograd_on):
+    """As accurate as torch's own float32 convolution against float64 (within 2x plus a rounding),
+    with the fused BN-fold / ReLU / residual epilogue, and really on the Winograd path."""
+    batch, cin, cout, size, padding = shape
+    g = torch.Generator().manual_seed(batch * 1000 + cin)
+    x = torch.randn(batch, cin, size, size, generator=g)
+    w = torch.randn(cout, cin, 3, 3, generator=g) / (cin * 9) ** 0.5
+    bias = torch.randn(cout, generator=g)
+    exact = F.conv2d(x.double(), w.double(), bias.double(), 1, padding)
+    torch_error = (F.conv2d(x, w, bias, 1, padding).double() - exact).abs().max().item()
+    calls = _C.conv_winograd_calls()
+    got = nn_ops.conv2d(x, w, bias, 1, padding)
+    assert _C.conv_winograd_calls() == calls + 1
+    error = (got.double() - exact).abs().max().item()
+    assert error <= 2 * torch_error + 1e-6, (error, torch_error)
+    scale, shift = torch.rand(cout, generator=g) + 0.5, torch.randn(cout, generator=g)
+    residual = torch.randn(exact.shape, generator=g)
+    expected = torch.relu(exact * scale.double()[:, None, None] + shift.double()[:, None, None]) + residual.double()
+    fused = nn_ops.conv2d_fused(x, w, bias, 1, padding, scale=scale, shift=shift, activation="relu",
+                                residual=residual)
+    assert _C.conv_winograd_calls() == calls + 2
+    torch.testing.assert_close(fused, expected.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_only_where_it_applies(winograd_on):
+    """Strided, dilated, grouped, 5x5 and shallow (< 16 channel) convolutions keep their paths; the
+    switch turns the path off and the other paths give the same answer to rounding."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 32, 12, 12, generator=g)
+    w3 = torch.randn(32, 32, 3, 3, generator=g) / 17.0
+    calls = _C.conv_winograd_calls()
+    nn_ops.conv2d(x, w3, None, 2, 1)
+    nn_ops.conv2d(x, w3, None, 1, 2, dilation=2)
+    nn_ops.conv2d(x, torch.randn(32, 8, 3, 3, generator=g), None, 1, 1, groups=4)
+    nn_ops.conv2d(x, torch.randn(16, 32, 5, 5, generator=g), None, 1, 2)
+    nn_ops.conv2d(x[:, :8], torch.randn(32, 8, 3, 3, generator=g), None, 1, 1)
+    # a weight the cache cannot keep (torch's memory) on too few tiles: the transform would not pay
+    nn_ops.conv2d(x[:1, :, :7, :7], w3, None, 1, 1)
+    assert _C.conv_winograd_calls() == calls
+    on = nn_ops.conv2d(x, w3, None, 1, 1)
+    assert _C.conv_winograd_calls() == calls + 1
+    _C.conv_set_winograd(False)
+    off = nn_ops.conv2d(x, w3, None, 1, 1)
+    assert _C.conv_winograd_calls() == calls + 1
+    torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(on, off)  # a different summation: the switch really changed the path
+    assert "winograd" not in torchburn.cpu_info()["kernels"]["conv"]
+
+
+def test_winograd_weight_cache_follows_the_weight(winograd_on):
+    """The transformed weights are cached on the weight's storage; an in-place change is seen."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(1, 16, 10, 10, generator=g)
+    w = torch.randn(16, 16, 3, 3, generator=g) / 12.0
+    for _ in range(3):
+        first = nn_ops.conv2d(x, w, None, 1, 1)
+    torch.testing.assert_close(first, F.conv2d(x, w, None, 1, 1), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        w.mul_(-2.0)
+    torch.testing.assert_close(nn_ops.conv2d(x, w, None, 1, 1), F.conv2d(x, w, None, 1, 1), rtol=1e-4, atol=1e-4)
