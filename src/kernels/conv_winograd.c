@@ -109,7 +109,7 @@ int64_t tb_winograd_m_floats(const tb_winograd_plan *plan) {
 
 int64_t tb_winograd_work_floats(const tb_winograd_plan *plan) {
     int64_t longest = plan->block_tiles > plan->geo.tiles_w ? plan->block_tiles : plan->geo.tiles_w;
-    return 16 * (longest + 2) + 64;
+    return 16 * ((longest + 2 + 15) / 16 * 16) + 64;
 }
 
 int64_t tb_winograd_blocks(const tb_winograd_plan *plan) {

@@ -42,7 +42,7 @@ typedef struct tb_winograd_geometry {
 /* Input transform of tiles [t0, t1) for `channels` input planes starting at x (image 0's first
  * channel of the chunk; planes in_h * in_w apart) into 16 B-panel sets: V_xi at v + xi * v_xi_stride,
  * element (c, t) at ((t - t0) / nr) * channels * nr + c * nr + (t - t0) % nr. Lanes of the last
- * panel past t1 are zeroed. work: 16 (max(tiles_w, t1 - t0) + 2) floats. */
+ * panel past t1 are zeroed. work: 16 (max(tiles_w, t1 - t0) + 2 rounded up to 16) floats. */
 typedef void (*tb_winograd_input_fn)(const tb_winograd_geometry *geo, const float *x, int64_t t0, int64_t t1,
                                      int64_t channels, int nr, float *v, int64_t v_xi_stride, float *work);
 

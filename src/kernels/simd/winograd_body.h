@@ -14,18 +14,37 @@
 
 #include "kernels/conv_winograd.h"
 
-/* Even and odd input columns of input row iy for tiles [tx0, tx0 + len] (len + 1 entries each: the
- * last tile reads even/odd[len]); zero outside the plane. */
-static void winograd_split_row(const tb_winograd_geometry *geo, const float *plane, int64_t iy, int64_t tx0,
-                               int64_t len, float *restrict even, float *restrict odd) {
-    const int64_t count = len + 1;
-    if (iy < 0 || iy >= geo->in_h) {
-        memset(even, 0, (size_t)count * sizeof(float));
-        memset(odd, 0, (size_t)count * sizeof(float));
-        return;
+/* Rows of B^T d on the even and odd input columns, from four input rows (f0 .. f3, each read at 2k and
+ * 2k + 1): rows d0 - d2, d1 + d2, d2 - d1, d1 - d3. */
+static void winograd_rows_span(const float *restrict f0, const float *restrict f1, const float *restrict f2,
+                               const float *restrict f3, float *restrict re0, float *restrict ro0,
+                               float *restrict re1, float *restrict ro1, float *restrict re2, float *restrict ro2,
+                               float *restrict re3, float *restrict ro3, int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; k++) {
+        const float e0 = f0[2 * k], o0 = f0[2 * k + 1], e1 = f1[2 * k], o1 = f1[2 * k + 1];
+        const float e2 = f2[2 * k], o2 = f2[2 * k + 1], e3 = f3[2 * k], o3 = f3[2 * k + 1];
+        re0[k] = e0 - e2;
+        ro0[k] = o0 - o2;
+        re1[k] = e1 + e2;
+        ro1[k] = o1 + o2;
+        re2[k] = e2 - e1;
+        ro2[k] = o2 - o1;
+        re3[k] = e1 - e3;
+        ro3[k] = o1 - o3;
     }
-    const float *restrict row = plane + iy * geo->in_w;
-    const int64_t col0 = 2 * tx0 - geo->pad_left; /* input column of even[0] */
+}
+
+/* The row combinations for tiles [tx0, tx0 + len] of the tile row whose input rows start at iy0 (len + 1
+ * entries: the last tile reads entry len), reading zero outside the plane. zeros: 2 (len + 1) zeros. */
+static void winograd_rows(const tb_winograd_geometry *geo, const float *plane, int64_t iy0, int64_t tx0, int64_t len,
+                          const float *zeros, float *re[4], float *ro[4]) {
+    const int64_t count = len + 1, col0 = 2 * tx0 - geo->pad_left; /* input column of entry 0's even value */
+    const float *row[4], *from[4];
+    for (int r = 0; r < 4; r++) {
+        const int64_t iy = iy0 + r;
+        row[r] = iy >= 0 && iy < geo->in_h ? plane + iy * geo->in_w : NULL;
+        from[r] = row[r] ? row[r] + col0 : zeros; /* read at 2k, 2k + 1 for k in [lo, hi) only */
+    }
     /* k in [lo, hi): both columns inside the plane */
     int64_t lo = col0 >= 0 ? 0 : (-col0 + 1) / 2;
     const int64_t span = geo->in_w - 1 - col0; /* 2k + 1 <= span */
@@ -34,26 +53,30 @@ static void winograd_split_row(const tb_winograd_geometry *geo, const float *pla
         hi = count;
     if (lo > hi)
         lo = hi;
-    for (int64_t k = 0; k < lo; k++) {
-        int64_t c = col0 + 2 * k;
-        even[k] = c >= 0 && c < geo->in_w ? row[c] : 0.0f;
-        odd[k] = c + 1 >= 0 && c + 1 < geo->in_w ? row[c + 1] : 0.0f;
-    }
-    const float *restrict from = row + col0;
-    for (int64_t k = lo; k < hi; k++) {
-        even[k] = from[2 * k];
-        odd[k] = from[2 * k + 1];
-    }
-    for (int64_t k = hi; k < count; k++) {
-        int64_t c = col0 + 2 * k;
-        even[k] = c >= 0 && c < geo->in_w ? row[c] : 0.0f;
-        odd[k] = c + 1 >= 0 && c + 1 < geo->in_w ? row[c + 1] : 0.0f;
+    winograd_rows_span(from[0], from[1], from[2], from[3], re[0], ro[0], re[1], ro[1], re[2], ro[2], re[3], ro[3], lo,
+                       hi);
+    /* the edge entries (at most one or two at each end), reading zero outside the plane */
+    for (int64_t k = lo > 0 ? 0 : hi; k < count; k = k + 1 == lo ? hi : k + 1) {
+        float e[4], o[4];
+        for (int r = 0; r < 4; r++) {
+            const int64_t c = col0 + 2 * k;
+            e[r] = row[r] && c >= 0 && c < geo->in_w ? row[r][c] : 0.0f;
+            o[r] = row[r] && c + 1 >= 0 && c + 1 < geo->in_w ? row[r][c + 1] : 0.0f;
+        }
+        re[0][k] = e[0] - e[2];
+        ro[0][k] = o[0] - o[2];
+        re[1][k] = e[1] + e[2];
+        ro[1][k] = o[1] + o[2];
+        re[2][k] = e[2] - e[1];
+        ro[2][k] = o[2] - o[1];
+        re[3][k] = e[1] - e[3];
+        ro[3][k] = o[1] - o[3];
     }
 }
 
 /* How many channels ahead the input transform prefetches its rows: the planes of many channels are too
  * far apart for the hardware prefetcher (as for the panel im2col, kernels/nn_kernels.h). */
-enum { WINOGRAD_PREFETCH_CHANNELS = 8 };
+enum { WINOGRAD_PREFETCH_CHANNELS = 4 };
 
 static void winograd_prefetch_rows(const tb_winograd_geometry *geo, const float *plane, int64_t iy0, int64_t tx0,
                                    int64_t count) {
@@ -64,17 +87,6 @@ static void winograd_prefetch_rows(const tb_winograd_geometry *geo, const float 
         for (const char *line = (const char *)(plane + iy * geo->in_w + col0);
              line < (const char *)(plane + iy * geo->in_w + col1); line += 64)
             __builtin_prefetch(line, 0, 3);
-}
-
-/* Contiguous helpers with restrict parameters, so that each loop vectorizes. */
-static void winograd_sub(const float *restrict a, const float *restrict b, float *restrict out, int64_t n) {
-    for (int64_t k = 0; k < n; k++)
-        out[k] = a[k] - b[k];
-}
-
-static void winograd_add(const float *restrict a, const float *restrict b, float *restrict out, int64_t n) {
-    for (int64_t k = 0; k < n; k++)
-        out[k] = a[k] + b[k];
 }
 
 /* (.) B over the columns of one row of B^T d: tile k's columns are even[k], odd[k], even[k + 1], odd[k + 1]. */
@@ -92,33 +104,25 @@ static void winograd_input(const tb_winograd_geometry *geo, const float *x, int6
                            int nr, float *v, int64_t v_xi_stride, float *work) {
     const int64_t per_image = geo->tiles_h * geo->tiles_w, plane = geo->in_h * geo->in_w;
     const int64_t stride = geo->tiles_w + 2; /* floats per work array */
-    float *e[4], *o[4], *re[4], *ro[4];
+    float *re[4], *ro[4];
     for (int r = 0; r < 4; r++) {
-        e[r] = work + (4 * r) * stride;
-        o[r] = work + (4 * r + 1) * stride;
-        re[r] = work + (4 * r + 2) * stride;
-        ro[r] = work + (4 * r + 3) * stride;
+        re[r] = work + (2 * r) * stride;
+        ro[r] = work + (2 * r + 1) * stride;
     }
+    float *zeros = work + 8 * stride; /* 2 stride */
+    memset(zeros, 0, (size_t)(2 * stride) * sizeof(float));
     const int64_t panel_floats = channels * nr;
-    for (int64_t t = t0; t < t1;) {
-        const int64_t n = t / per_image, rest = t % per_image, ty = rest / geo->tiles_w, tx0 = rest % geo->tiles_w;
-        const int64_t len = geo->tiles_w - tx0 < t1 - t ? geo->tiles_w - tx0 : t1 - t, count = len + 1;
-        const int64_t iy0 = 2 * ty - geo->pad_top;
-        for (int64_t c = 0; c < channels; c++) {
+    /* channel by channel, and within a channel the block's tile rows in order: consecutive tile rows
+     * read overlapping input rows of one plane (L1 hits, a stream the hardware prefetcher follows) */
+    for (int64_t c = 0; c < channels; c++) {
+        for (int64_t t = t0; t < t1;) {
+            const int64_t n = t / per_image, rest = t % per_image, ty = rest / geo->tiles_w, tx0 = rest % geo->tiles_w;
+            const int64_t len = geo->tiles_w - tx0 < t1 - t ? geo->tiles_w - tx0 : t1 - t;
+            const int64_t iy0 = 2 * ty - geo->pad_top;
             const float *p = x + n * geo->x_image_stride + c * plane;
             if (c + WINOGRAD_PREFETCH_CHANNELS < channels)
-                winograd_prefetch_rows(geo, p + WINOGRAD_PREFETCH_CHANNELS * plane, iy0, tx0, count);
-            for (int r = 0; r < 4; r++)
-                winograd_split_row(geo, p, iy0 + r, tx0, len, e[r], o[r]);
-            /* B^T d on the even and odd columns: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3 */
-            winograd_sub(e[0], e[2], re[0], count);
-            winograd_sub(o[0], o[2], ro[0], count);
-            winograd_add(e[1], e[2], re[1], count);
-            winograd_add(o[1], o[2], ro[1], count);
-            winograd_sub(e[2], e[1], re[2], count);
-            winograd_sub(o[2], o[1], ro[2], count);
-            winograd_sub(e[1], e[3], re[3], count);
-            winograd_sub(o[1], o[3], ro[3], count);
+                winograd_prefetch_rows(geo, p + WINOGRAD_PREFETCH_CHANNELS * plane, iy0, tx0, len + 1);
+            winograd_rows(geo, p, iy0, tx0, len, zeros, re, ro);
             /* then (.) B, into the panels of positions 4i .. 4i + 3, a run not crossing a panel at a time */
             for (int64_t k0 = 0; k0 < len;) {
                 const int64_t local = t - t0 + k0, q = local / nr, lane = local % nr;
@@ -129,8 +133,8 @@ static void winograd_input(const tb_winograd_geometry *geo, const float *x, int6
                                      at + (4 * i + 2) * v_xi_stride, at + (4 * i + 3) * v_xi_stride, run);
                 k0 += run;
             }
+            t += len;
         }
-        t += len;
     }
     /* zero lanes of the last panel past t1 (the micro-kernel reads whole panels) */
     const int64_t used = t1 - t0, padded = (used + nr - 1) / nr * nr;
