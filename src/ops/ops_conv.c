@@ -394,12 +394,12 @@ static bool path_packs_weights(conv_path path) { return path >= CONV_DIRECT; }
  * WINOGRAD_MIN_CHANNELS channels in and out (TORCHBURN_CONV_WINOGRAD=0: never). Measured on Zen 3
  * (docs/benchmarks.md, 2026-12-07 night): 1.1-1.8x the direct / im2col paths from 64 to 512 channels
  * at batch 1 and 8 with the transformed weights cached, a tie at 16 -> 32 channels; below that the
- * GEMM depth (C_in) is too short. The weight transform writes 16/9 of the weight and costs about as
- * much as 16 tiles' worth of saved multiplications, so a weight that cannot be cached between calls
- * (cached_weight false: the compile backend's parameters without freeze_weights) needs at least
- * WINOGRAD_MIN_TILES_UNCACHED tiles (ResNet-18 batch 1 stage 4 has 16: 0.55x eager overall with the
- * transform per call, docs/benchmarks.md). */
-enum { WINOGRAD_MIN_CHANNELS = 16, WINOGRAD_MIN_TILES_UNCACHED = 64 };
+ * GEMM depth (C_in) is too short. The weight transform writes 16/9 of the weight and costs about what
+ * 100-150 tiles save, so a weight that cannot be cached between calls (cached_weight false: the
+ * compile backend's parameters without freeze_weights) needs WINOGRAD_MIN_TILES_UNCACHED tiles: with
+ * the transform every call, 512 channels at 7x7 x 8 images (128 tiles) took 16.8 ms against the
+ * direct path's 14.0, 128 channels at 28x28 (196 tiles) 1.20 against 1.66 ms. */
+enum { WINOGRAD_MIN_CHANNELS = 16, WINOGRAD_MIN_TILES_UNCACHED = 192 };
 static bool winograd_suits(const tb_conv_shape *s, bool cached_weight) {
     const tb_window_geometry *g = &s->geometry;
     if (!(s->kernel_h == 3 && s->kernel_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&

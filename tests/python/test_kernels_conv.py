@@ -86,14 +86,14 @@ def test_conv_concatenated_images(shape):
 
 # Winograd F(2x2, 3x3) (kernels/conv_winograd.h): 3x3 stride-1 convolutions of 16+ channels. The
 # counter proves which path ran; the other paths stay reachable (and tested above) with it off.
-WINOGRAD_SHAPES = [  # (batch, c_in, c_out, size, padding); torch's weights are not cached, so >= 64 tiles
-    (4, 16, 16, 8, 1),
+WINOGRAD_SHAPES = [  # (batch, c_in, c_out, size, padding); torch's weights are not cached, so >= 192 tiles
+    (12, 16, 16, 8, 1),
     (2, 64, 64, 28, 1),
-    (4, 17, 33, 7, 1),   # odd plane: partial tiles, tiles of one block across images
-    (4, 24, 20, 9, 0),
-    (4, 40, 17, 6, 2),
-    (4, 512, 512, 7, 1),
-    (3, 96, 100, 9, 1),
+    (12, 17, 33, 7, 1),   # odd plane: partial tiles, tiles of one block across images
+    (12, 24, 20, 9, 0),
+    (12, 40, 17, 6, 2),
+    (12, 256, 256, 7, 1),
+    (8, 96, 100, 9, 1),
 ]
 
 
@@ -134,7 +134,7 @@ def test_winograd_only_where_it_applies(winograd_on):
     """Strided, dilated, grouped, 5x5 and shallow (< 16 channel) convolutions keep their paths; the
     switch turns the path off and the other paths give the same answer to rounding."""
     g = torch.Generator().manual_seed(5)
-    x = torch.randn(2, 32, 12, 12, generator=g)
+    x = torch.randn(6, 32, 12, 12, generator=g)  # 216 tiles
     w3 = torch.randn(32, 32, 3, 3, generator=g) / 17.0
     calls = _C.conv_winograd_calls()
     nn_ops.conv2d(x, w3, None, 2, 1)
