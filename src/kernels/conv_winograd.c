@@ -208,9 +208,50 @@ void tb_winograd_pack_weight(const tb_winograd_plan *plan, const float *w, const
         pack_panels(&job, 0, plan->m_panels, 0);
 }
 
-void tb_winograd_run(const tb_winograd_plan *plan, const float *packed, const float *x, int64_t block, int64_t part,
-                     float *v, float *m, float *work, float *y, const float *bias, tb_activation activation,
-                     const float *residual) {
+/* The outputs of tiles [t0, t1) and output channels [row0, row0 + rows) that are NaN or infinite,
+ * recomputed as a direct convolution: a double sum of the f32 products w * scale * x over the window
+ * (zero outside the input), then bias, activation and residual as the transform applies them. */
+static void recompute_nonfinite(const tb_winograd_plan *plan, const tb_winograd_args *args, int64_t t0, int64_t t1,
+                                int64_t row0, int64_t rows) {
+    const tb_gemm_microkernel *uk = plan->microkernel;
+    const tb_winograd_geometry *geo = &plan->geo;
+    const int64_t per_image = geo->tiles_h * geo->tiles_w, cin = plan->in_channels;
+    const int64_t in_plane = geo->in_h * geo->in_w, out_plane = geo->out_h * geo->out_w;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t n = t / per_image, rest = t % per_image, ty = rest / geo->tiles_w, tx = rest % geo->tiles_w;
+        for (int64_t co = row0; co < row0 + rows; co++)
+            for (int64_t oy = 2 * ty; oy < 2 * ty + 2 && oy < geo->out_h; oy++)
+                for (int64_t ox = 2 * tx; ox < 2 * tx + 2 && ox < geo->out_w; ox++) {
+                    const int64_t at = n * geo->y_image_stride + co * out_plane + oy * geo->out_w + ox;
+                    float *out = args->y + at;
+                    if (*out - *out == 0.0f)
+                        continue; /* finite: the transform's value stands */
+                    const float scale = args->row_scale ? args->row_scale[co] : 1.0f;
+                    double sum = 0.0;
+                    for (int64_t c = 0; c < cin; c++)
+                        for (int64_t kh = 0; kh < 3; kh++)
+                            for (int64_t kw = 0; kw < 3; kw++) {
+                                const int64_t iy = oy - geo->pad_top + kh, ix = ox - geo->pad_left + kw;
+                                if (iy < 0 || iy >= geo->in_h || ix < 0 || ix >= geo->in_w)
+                                    continue;
+                                float weight = args->w[((co * cin + c) * 3 + kh) * 3 + kw];
+                                if (args->row_scale)
+                                    weight *= scale;
+                                sum += (double)(weight * args->x[n * geo->x_image_stride + c * in_plane +
+                                                                  iy * geo->in_w + ix]);
+                            }
+                    *out = (float)sum + (args->bias ? args->bias[co] : 0.0f);
+                    tb_gemm_epilogue e = {
+                        .bias_kind = TB_BIAS_NONE, .activation = args->activation,
+                        .residual = args->residual ? args->residual + at : NULL, .residual_row_stride = 1,
+                    };
+                    uk->epilogue(out, 1, 1, 1, &e);
+                }
+    }
+}
+
+void tb_winograd_run(const tb_winograd_plan *plan, const tb_winograd_args *args, int64_t block, int64_t part, float *v,
+                     float *m, float *work) {
     const tb_gemm_microkernel *uk = plan->microkernel;
     const int mr = plan->mr, nr = plan->nr;
     const int64_t cin = plan->in_channels, spatial = plan->geo.out_h * plan->geo.out_w;
@@ -224,10 +265,11 @@ void tb_winograd_run(const tb_winograd_plan *plan, const float *packed, const fl
     for (int64_t c0 = 0; c0 < cin; c0 += plan->kc) {
         const int64_t kcur = cin - c0 < plan->kc ? cin - c0 : plan->kc;
         const int64_t v_xi_floats = panels * kcur * nr;
-        plan->input(&plan->geo, x + c0 * plan->geo.in_h * plan->geo.in_w, t0, t1, kcur, nr, v, v_xi_floats, work);
+        plan->input(&plan->geo, args->x + c0 * plan->geo.in_h * plan->geo.in_w, t0, t1, kcur, nr, v, v_xi_floats,
+                    work);
         const float beta = c0 == 0 ? 0.0f : 1.0f;
         for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++) {
-            const float *u = packed + xi * u_xi_floats + row0 * cin + c0 * mr;
+            const float *u = args->packed + xi * u_xi_floats + row0 * cin + c0 * mr;
             for (int64_t p = 0; p < row_panels; p++) {
                 const int r = (int)(rows - p * mr < mr ? rows - p * mr : mr);
                 for (int64_t q = 0; q < panels; q++) {
@@ -238,6 +280,10 @@ void tb_winograd_run(const tb_winograd_plan *plan, const float *packed, const fl
             }
         }
     }
-    plan->output(&plan->geo, m, m_xi_floats, ldm, (int)rows, t0, t1, bias ? bias + row0 : NULL, activation,
-                 residual ? residual + row0 * spatial : NULL, y + row0 * spatial, uk->epilogue, work);
+    bool nonfinite = plan->output(&plan->geo, m, m_xi_floats, ldm, (int)rows, t0, t1,
+                                  args->bias ? args->bias + row0 : NULL, args->activation,
+                                  args->residual ? args->residual + row0 * spatial : NULL, args->y + row0 * spatial,
+                                  uk->epilogue, work);
+    if (nonfinite)
+        recompute_nonfinite(plan, args, t0, t1, row0, rows);
 }

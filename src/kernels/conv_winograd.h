@@ -49,28 +49,29 @@ typedef void (*tb_winograd_input_fn)(const tb_winograd_geometry *geo, const floa
 /* Output transform of tiles [t0, t1) for `rows` output channels: M_xi at m + xi * m_xi_stride, row i
  * (output channel i of y) at i * ldm, column t - t0. y(n, i, 2ty + a, 2tx + b) = (A^T M A)[a, b] +
  * bias[i] (bias NULL: 0), then `activation`, then + residual at the same position (residual NULL:
- * none) through `epilogue` (the micro-kernel table's). y / residual: image 0's output channel 0. work:
- * as for the input transform. */
-typedef void (*tb_winograd_output_fn)(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride,
+ * none); activations other than none and relu through `epilogue` (the micro-kernel table's). y /
+ * residual: image 0's output channel 0. work: as for the input transform. Returns whether any output
+ * it wrote is NaN or infinite (tb_winograd_run then recomputes those directly). */
+typedef bool (*tb_winograd_output_fn)(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride,
                                       int64_t ldm, int rows, int64_t t0, int64_t t1, const float *bias,
                                       tb_activation activation, const float *residual, float *y,
                                       tb_gemm_epilogue_fn epilogue, float *work);
 
 void tb_winograd_input_ref(const tb_winograd_geometry *geo, const float *x, int64_t t0, int64_t t1, int64_t channels,
                            int nr, float *v, int64_t v_xi_stride, float *work);
-void tb_winograd_output_ref(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
+bool tb_winograd_output_ref(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
                             int rows, int64_t t0, int64_t t1, const float *bias, tb_activation activation,
                             const float *residual, float *y, tb_gemm_epilogue_fn epilogue,
                             float *work);
 void tb_winograd_input_avx2(const tb_winograd_geometry *geo, const float *x, int64_t t0, int64_t t1,
                             int64_t channels, int nr, float *v, int64_t v_xi_stride, float *work);
-void tb_winograd_output_avx2(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
+bool tb_winograd_output_avx2(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
                              int rows, int64_t t0, int64_t t1, const float *bias, tb_activation activation,
                              const float *residual, float *y,
                              tb_gemm_epilogue_fn epilogue, float *work);
 void tb_winograd_input_avx512(const tb_winograd_geometry *geo, const float *x, int64_t t0, int64_t t1,
                               int64_t channels, int nr, float *v, int64_t v_xi_stride, float *work);
-void tb_winograd_output_avx512(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
+bool tb_winograd_output_avx512(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
                                int rows, int64_t t0, int64_t t1, const float *bias, tb_activation activation,
                                const float *residual, float *y,
                                tb_gemm_epilogue_fn epilogue, float *work);
@@ -122,10 +123,26 @@ int64_t tb_winograd_work_floats(const tb_winograd_plan *plan);
 int64_t tb_winograd_blocks(const tb_winograd_plan *plan);
 int64_t tb_winograd_parts(const tb_winograd_plan *plan);
 
-/* One task: tiles of `block`, output channels of `part`. x: input [N, C_in, H, W]; y / residual
- * [N, C_out, OH, OW]; bias [C_out] or NULL. */
-void tb_winograd_run(const tb_winograd_plan *plan, const float *packed, const float *x, int64_t block, int64_t part,
-                     float *v, float *m, float *work, float *y, const float *bias, tb_activation activation,
-                     const float *residual);
+/* What a task reads and writes. */
+typedef struct tb_winograd_args {
+    const float *packed;    /* tb_winograd_pack_weight of w and row_scale */
+    const float *w;         /* [C_out, C_in, 3, 3] */
+    const float *row_scale; /* [C_out] or NULL */
+    const float *x;         /* [N, C_in, H, W] */
+    float *y;               /* [N, C_out, OH, OW] */
+    const float *bias;      /* [C_out] or NULL */
+    tb_activation activation;
+    const float *residual;  /* like y, or NULL */
+} tb_winograd_args;
+
+/* One task: tiles of `block`, output channels of `part`.
+ *
+ * Special values: an output whose window holds a NaN or an infinity, or whose transform overflowed,
+ * comes out of the transform non-finite (the NaN or infinity reaches every output whose window it
+ * lies in, and possibly the other outputs of its tile). Each non-finite output is recomputed as a
+ * direct convolution (double sum of w * scale * x, then the epilogue), so NaN and infinity land
+ * exactly where the direct convolution puts them; finite outputs are the transform's. */
+void tb_winograd_run(const tb_winograd_plan *plan, const tb_winograd_args *args, int64_t block, int64_t part, float *v,
+                     float *m, float *work);
 
 #endif

@@ -133,9 +133,12 @@ static void conv_winograd_tasks(void *context, int64_t begin, int64_t end, int t
         return;
     }
     const int64_t parts = tb_winograd_parts(plan);
+    const tb_winograd_args args = {
+        .packed = job->packed_weight, .w = job->w, .row_scale = job->row_scale, .x = job->x, .y = job->y,
+        .bias = job->bias, .activation = job->activation, .residual = job->residual,
+    };
     for (int64_t task = begin; task < end; task++)
-        tb_winograd_run(plan, job->packed_weight, job->x, task / parts, task % parts, v, m, work, job->y, job->bias,
-                        job->activation, job->residual);
+        tb_winograd_run(plan, &args, task / parts, task % parts, v, m, work);
 }
 
 /* Tasks are (image, group, slot range) of the direct path. */

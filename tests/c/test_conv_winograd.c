@@ -57,7 +57,8 @@ static double naive(const winograd_case *c, const float *x, const float *w, cons
 }
 
 /* One plan (isa, threads, forced kc) over one case: every task, then every output checked. mode 0:
- * no bias, no epilogue, no scale; 1: bias + relu + scale; 2: bias + relu + residual. */
+ * no bias, no epilogue, no scale; 1: bias + relu + scale; 2: bias + relu + residual; 3: bias + gelu
+ * (through the micro-kernel table's epilogue) + residual. */
 static void run_case(tb_isa isa, const winograd_case *c, int64_t threads, int mode, int ci) {
     const int64_t out_h = c->in_h + 2 * c->pad - 2, out_w = c->in_w + 2 * c->pad - 2;
     tb_winograd_plan plan;
@@ -80,10 +81,14 @@ static void run_case(tb_isa isa, const winograd_case *c, int64_t threads, int mo
         y[i] = NAN; /* every output must be written */
     const float *use_scale = mode == 1 ? scale : NULL;
     tb_winograd_pack_weight(&plan, w, use_scale, packed);
+    const tb_winograd_args args = {
+        .packed = packed, .w = w, .row_scale = use_scale, .x = x, .y = y, .bias = mode ? bias : NULL,
+        .activation = mode == 3 ? TB_ACTIVATION_GELU : mode ? TB_ACTIVATION_RELU : TB_ACTIVATION_NONE,
+        .residual = mode >= 2 ? residual : NULL,
+    };
     for (int64_t block = 0; block < tb_winograd_blocks(&plan); block++)
         for (int64_t part = 0; part < tb_winograd_parts(&plan); part++)
-            tb_winograd_run(&plan, packed, x, block, part, v, m, work, y, mode ? bias : NULL,
-                            mode ? TB_ACTIVATION_RELU : TB_ACTIVATION_NONE, mode == 2 ? residual : NULL);
+            tb_winograd_run(&plan, &args, block, part, v, m, work);
     double worst = 0.0;
     for (int64_t n = 0; n < c->batch; n++)
         for (int64_t co = 0; co < c->out_channels; co++)
@@ -91,8 +96,12 @@ static void run_case(tb_isa isa, const winograd_case *c, int64_t threads, int mo
                 for (int64_t ow = 0; ow < out_w; ow++) {
                     int64_t at = ((n * c->out_channels + co) * out_h + oh) * out_w + ow;
                     double expected = naive(c, x, w, use_scale, n, co, oh, ow);
-                    if (mode)
+                    if (mode == 3) {
+                        expected += bias[co];
+                        expected = 0.5 * expected * (1.0 + erf(expected / sqrt(2.0))) + residual[at];
+                    } else if (mode) {
                         expected = fmax(expected + bias[co], 0.0) + (mode == 2 ? residual[at] : 0.0);
+                    }
                     double error = fabs(expected - y[at]);
                     worst = isnan(error) ? INFINITY : fmax(worst, error);
                 }
@@ -121,11 +130,11 @@ static void test_isa(tb_isa isa) {
     static const int64_t threads[] = {1, 3, 64};
     for (int ci = 0; ci < CASE_COUNT; ci++)
         for (int ti = 0; ti < 3; ti++)
-            run_case(isa, &cases[ci], threads[ti], (ci + ti) % 3, ci);
+            run_case(isa, &cases[ci], threads[ti], (ci + ti) % 4, ci);
     /* input channels over several k blocks: kc forced to 16 (the last block short for 17, 24, 40) */
     tb_gemm_set_blocking_override(0, 16, 0);
     for (int ci = 0; ci < CASE_COUNT; ci++)
-        run_case(isa, &cases[ci], 2, ci % 3, ci);
+        run_case(isa, &cases[ci], 2, ci % 4, ci);
     tb_gemm_set_blocking_override(0, 0, 0);
 }
 
@@ -142,11 +151,71 @@ static void test_plan_shapes(void) {
     TB_CHECK(plan.tiles == 8 * 28 * 28 && tb_winograd_parts(&plan) == 1);
 }
 
+/* NaN, infinities and values whose transform overflows: every output equals the direct convolution's
+ * in kind (NaN where it is NaN, the same infinity, finite and close where it is finite), so special
+ * values stay in the windows that hold them instead of spreading over the 2x2 tiles. */
+static void test_special_values(tb_isa isa) {
+    const winograd_case c = {2, 20, 18, 9, 10, 1};
+    const int64_t out_h = c.in_h, out_w = c.in_w;
+    tb_winograd_plan plan;
+    tb_winograd_init(&plan, isa, c.batch, c.in_channels, c.out_channels, c.in_h, c.in_w, out_h, out_w, 1, 1, 2);
+    const int64_t x_count = c.batch * c.in_channels * c.in_h * c.in_w, y_count = c.batch * c.out_channels * out_h * out_w;
+    const int64_t w_count = c.out_channels * c.in_channels * 9;
+    float *x = tb_test_guarded_alloc(x_count), *w = tb_test_guarded_alloc(w_count), *y = tb_test_guarded_alloc(y_count);
+    float *packed = tb_test_guarded_alloc(tb_winograd_weight_floats(&plan));
+    float *v = aligned_guarded(tb_winograd_v_floats(&plan)), *m = aligned_guarded(tb_winograd_m_floats(&plan));
+    float *work = aligned_guarded(tb_winograd_work_floats(&plan));
+    tb_test_fill_uniform(x, x_count, -1.0f, 1.0f, 1234);
+    tb_test_fill_uniform(w, w_count, -0.5f, 0.5f, 1235);
+    /* image 0: a NaN in channel 3 and +inf in channel 7 (at different places); image 1: a pair
+     * +-3e38 whose direct sums stay finite but whose transformed differences overflow */
+    x[(0 * c.in_channels + 3) * c.in_h * c.in_w + 4 * c.in_w + 5] = NAN;
+    x[(0 * c.in_channels + 7) * c.in_h * c.in_w + 1 * c.in_w + 8] = INFINITY;
+    x[(1 * c.in_channels + 2) * c.in_h * c.in_w + 6 * c.in_w + 2] = 3e38f;
+    x[(1 * c.in_channels + 2) * c.in_h * c.in_w + 6 * c.in_w + 4] = -3e38f;
+    for (int q = 0; q < 9; q++) /* channel 2's filters: 1e-38 scale so that products stay small */
+        for (int64_t co = 0; co < c.out_channels; co++)
+            w[(co * c.in_channels + 2) * 9 + q] *= 1e-30f;
+    tb_winograd_pack_weight(&plan, w, NULL, packed);
+    const tb_winograd_args args = {.packed = packed, .w = w, .x = x, .y = y, .activation = TB_ACTIVATION_NONE};
+    for (int64_t block = 0; block < tb_winograd_blocks(&plan); block++)
+        for (int64_t part = 0; part < tb_winograd_parts(&plan); part++)
+            tb_winograd_run(&plan, &args, block, part, v, m, work);
+    int64_t mismatches = 0, nans = 0, infs = 0;
+    for (int64_t n = 0; n < c.batch; n++)
+        for (int64_t co = 0; co < c.out_channels; co++)
+            for (int64_t oh = 0; oh < out_h; oh++)
+                for (int64_t ow = 0; ow < out_w; ow++) {
+                    const double expected = naive(&c, x, w, NULL, n, co, oh, ow);
+                    const float got = y[((n * c.out_channels + co) * out_h + oh) * out_w + ow];
+                    bool same = isnan(expected) ? isnan(got)
+                                : isinf(expected) ? got == (float)expected
+                                                  : isfinite(got) && fabs(got - expected) <= 1e-4 * (1 + fabs(expected));
+                    mismatches += !same;
+                    nans += isnan(expected);
+                    infs += isinf(expected) != 0;
+                }
+    TB_CHECK_MSG(mismatches == 0, "winograd %s special values: %lld outputs differ from the direct convolution",
+                 tb_isa_name(isa), (long long)mismatches);
+    TB_CHECK_MSG(nans > 0 && infs > 0, "the case must reach NaN and infinite outputs (%lld, %lld)", (long long)nans,
+                 (long long)infs);
+    TB_CHECK(tb_test_guard_ok(y, y_count));
+    tb_test_guarded_free(x);
+    tb_test_guarded_free(w);
+    tb_test_guarded_free(y);
+    tb_test_guarded_free(packed);
+    free(v);
+    free(m);
+    free(work);
+}
+
 int main(void) {
     test_plan_shapes();
     static const tb_isa isas[] = {TB_ISA_SCALAR, TB_ISA_AVX2, TB_ISA_AVX512};
     for (int i = 0; i < 3; i++)
-        if (tb_isa_supported(isas[i]))
+        if (tb_isa_supported(isas[i])) {
             test_isa(isas[i]);
+            test_special_values(isas[i]);
+        }
     return tb_test_finish("conv_winograd");
 }

@@ -166,3 +166,24 @@ def test_winograd_weight_cache_follows_the_weight(winograd_on):
     with torch.no_grad():
         w.mul_(-2.0)
     torch.testing.assert_close(nn_ops.conv2d(x, w, None, 1, 1), F.conv2d(x, w, None, 1, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_special_values_stay_in_their_windows(winograd_on):
+    """NaN and infinities land exactly where torch's convolution puts them (the transform would spread
+    them over whole 2x2 tiles; those outputs are recomputed directly), and the rest stays close."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(8, 16, 10, 9, generator=g)
+    x[0, 3, 4, 5] = float("nan")
+    x[1, 7, 0, 8] = float("inf")
+    x[2, 0, 9, 0] = float("-inf")
+    w = torch.randn(24, 16, 3, 3, generator=g) / 12.0
+    calls = _C.conv_winograd_calls()
+    got = nn_ops.conv2d_fused(x, w, None, 1, 1, activation="relu")
+    assert _C.conv_winograd_calls() == calls + 1
+    expected = torch.relu(F.conv2d(x, w, None, 1, 1))
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    assert torch.equal(torch.isposinf(got), torch.isposinf(expected))
+    assert torch.equal(torch.isneginf(got), torch.isneginf(expected))
+    assert torch.isnan(expected).any() and torch.isinf(expected).any()
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(got[finite], expected[finite], rtol=1e-4, atol=1e-4)

@@ -160,6 +160,12 @@ static void winograd_diff3(const float *restrict a, const float *restrict b, con
         out[k] = a[k] - b[k] - c[k] + shift;
 }
 
+/* x = max(0, x) as the GEMM epilogue's relu computes it: NaN and -0 pass through. */
+static void winograd_relu(float *restrict x, int64_t n) {
+    for (int64_t k = 0; k < n; k++)
+        x[k] = x[k] < 0.0f ? 0.0f : x[k];
+}
+
 /* out[2k] = a[k], out[2k + 1] = b[k] for k < pairs, and out[2 pairs] = a[pairs] when odd. */
 static void winograd_interleave(const float *restrict a, const float *restrict b, float *restrict out, int64_t cols) {
     const int64_t pairs = cols / 2;
@@ -171,7 +177,27 @@ static void winograd_interleave(const float *restrict a, const float *restrict b
         out[2 * pairs] = a[pairs];
 }
 
-static void winograd_output(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
+/* The same plus the residual laid out like out. */
+static void winograd_interleave_add(const float *restrict a, const float *restrict b, const float *restrict residual,
+                                    float *restrict out, int64_t cols) {
+    const int64_t pairs = cols / 2;
+    for (int64_t k = 0; k < pairs; k++) {
+        out[2 * k] = a[k] + residual[2 * k];
+        out[2 * k + 1] = b[k] + residual[2 * k + 1];
+    }
+    if (cols & 1)
+        out[2 * pairs] = a[pairs] + residual[2 * pairs];
+}
+
+/* Whether any of x[0, n) is NaN or infinite (x - x is 0 only for finite x). */
+static bool winograd_any_nonfinite(const float *restrict x, int64_t n) {
+    int bad = 0;
+    for (int64_t k = 0; k < n; k++)
+        bad |= !(x[k] - x[k] == 0.0f);
+    return bad != 0;
+}
+
+static bool winograd_output(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
                             int rows, int64_t t0, int64_t t1, const float *bias, tb_activation activation,
                             const float *residual, float *y, tb_gemm_epilogue_fn epilogue, float *work) {
     const int64_t per_image = geo->tiles_h * geo->tiles_w, out_plane = geo->out_h * geo->out_w;
@@ -181,8 +207,11 @@ static void winograd_output(const tb_winograd_geometry *geo, const float *m, int
         r[q] = work + q * stride;
     for (int q = 0; q < 4; q++)
         out[q] = work + (8 + q) * stride;
-    const bool has_epilogue = activation != TB_ACTIVATION_NONE || residual;
+    /* no activation and relu are applied here, with the residual; other activations go through the
+     * micro-kernel table's epilogue (which then adds the residual) */
+    const bool inline_activation = activation == TB_ACTIVATION_NONE || activation == TB_ACTIVATION_RELU;
     const int64_t count = t1 - t0;
+    bool nonfinite = false;
     for (int i = 0; i < rows; i++) {
         /* the transform over the block's tiles at once (long contiguous loops), then each tile row's
          * run of outputs to its place */
@@ -198,6 +227,9 @@ static void winograd_output(const tb_winograd_geometry *geo, const float *m, int
         winograd_diff3(r[1], r[2], r[3], out[1], count, b);
         winograd_sum3(r[4], r[5], r[6], out[2], count, b);
         winograd_diff3(r[5], r[6], r[7], out[3], count, b);
+        if (activation == TB_ACTIVATION_RELU)
+            for (int q = 0; q < 4; q++)
+                winograd_relu(out[q], count);
         for (int64_t t = t0; t < t1;) {
             const int64_t n = t / per_image, rest = t % per_image, ty = rest / geo->tiles_w, tx0 = rest % geo->tiles_w;
             const int64_t len = geo->tiles_w - tx0 < t1 - t ? geo->tiles_w - tx0 : t1 - t, k = t - t0;
@@ -205,19 +237,30 @@ static void winograd_output(const tb_winograd_geometry *geo, const float *m, int
             const int out_rows = oy + 1 < geo->out_h ? 2 : 1;
             const int64_t out_cols = 2 * len <= geo->out_w - ox ? 2 * len : geo->out_w - ox;
             float *row0 = y + n * geo->y_image_stride + i * out_plane + oy * geo->out_w + ox;
-            winograd_interleave(out[0] + k, out[1] + k, row0, out_cols);
-            if (out_rows == 2)
-                winograd_interleave(out[2] + k, out[3] + k, row0 + geo->out_w, out_cols);
-            if (has_epilogue) {
+            const float *res0 = residual ? residual + (row0 - y) : NULL;
+            if (res0 && inline_activation) {
+                winograd_interleave_add(out[0] + k, out[1] + k, res0, row0, out_cols);
+                if (out_rows == 2)
+                    winograd_interleave_add(out[2] + k, out[3] + k, res0 + geo->out_w, row0 + geo->out_w, out_cols);
+            } else {
+                winograd_interleave(out[0] + k, out[1] + k, row0, out_cols);
+                if (out_rows == 2)
+                    winograd_interleave(out[2] + k, out[3] + k, row0 + geo->out_w, out_cols);
+            }
+            if (!inline_activation) {
                 tb_gemm_epilogue e = {
-                    .bias_kind = TB_BIAS_NONE, .activation = activation,
-                    .residual = residual ? residual + (row0 - y) : NULL, .residual_row_stride = geo->out_w,
+                    .bias_kind = TB_BIAS_NONE, .activation = activation, .residual = res0,
+                    .residual_row_stride = geo->out_w,
                 };
                 epilogue(row0, geo->out_w, out_rows, (int)out_cols, &e);
             }
+            nonfinite |= winograd_any_nonfinite(row0, out_cols);
+            if (out_rows == 2)
+                nonfinite |= winograd_any_nonfinite(row0 + geo->out_w, out_cols);
             t += len;
         }
     }
+    return nonfinite;
 }
 
 #endif

@@ -6,8 +6,8 @@ void tb_winograd_input_avx512(const tb_winograd_geometry *geo, const float *x, i
     winograd_input(geo, x, t0, t1, channels, nr, v, v_xi_stride, work);
 }
 
-void tb_winograd_output_avx512(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
+bool tb_winograd_output_avx512(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
                             int rows, int64_t t0, int64_t t1, const float *bias, tb_activation activation,
                             const float *residual, float *y, tb_gemm_epilogue_fn epilogue, float *work) {
-    winograd_output(geo, m, m_xi_stride, ldm, rows, t0, t1, bias, activation, residual, y, epilogue, work);
+    return winograd_output(geo, m, m_xi_stride, ldm, rows, t0, t1, bias, activation, residual, y, epilogue, work);
 }
