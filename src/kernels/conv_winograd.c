@@ -1,7 +1,6 @@
 /* The Winograd F(2x2, 3x3) convolution driver (contract in kernels/conv_winograd.h): weight
  * transform and packing, task blocking from the CPU's L2, and one task's k-blocked GEMMs between the
  * per-ISA input and output transforms (kernels/simd/winograd_body.h). */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +55,7 @@ void tb_winograd_init(tb_winograd_plan *plan, tb_isa isa, int64_t batch, int64_t
     plan->m_panels = (out_channels + uk->mr - 1) / uk->mr;
     plan->input = nn->winograd_input;
     plan->output = nn->winograd_output;
+    plan->filters = nn->winograd_filters;
     tb_winograd_geometry *geo = &plan->geo;
     geo->in_h = in_h;
     geo->in_w = in_w;
@@ -121,22 +121,6 @@ int64_t tb_winograd_parts(const tb_winograd_plan *plan) {
     return (plan->out_channels + plan->part_rows - 1) / plan->part_rows;
 }
 
-/* U = G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], as the 16 x 9 matrix
- * filter_matrix[a][xi] = G[i][kh] G[j][kw] (xi = 4i + j, a = 3kh + kw) applied to the nine weights.
- * Every entry of U is a sum of at most nine weights times 1, 1/2 or 1/4 (exact scalings), summed in
- * double (exact unless the weights' exponents lie about 29 binades apart) and rounded once. */
-static double filter_matrix[9][TB_WINOGRAD_POSITIONS];
-static pthread_once_t filter_matrix_once = PTHREAD_ONCE_INIT;
-
-static void filter_matrix_build(void) {
-    static const double g_rows[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-    for (int kh = 0; kh < 3; kh++)
-        for (int kw = 0; kw < 3; kw++)
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++)
-                    filter_matrix[3 * kh + kw][4 * i + j] = g_rows[i][kh] * g_rows[j][kw];
-}
-
 /* U_xi panels: packed[xi * (m_panels * mr * C_in) + panel * mr * C_in + c * mr + i] for output channel
  * panel * mr + i (zero past out_channels): the A-panel layout of gemm_internal.h over the whole C_in. */
 typedef struct pack_job {
@@ -145,10 +129,9 @@ typedef struct pack_job {
     float *packed;
 } pack_job;
 
-/* Input channels per step: one output channel's filters are transposed to weights[a][c] so that
- * each position's sum is a loop over channels that vectorizes (one filter at a time, the nested
- * scalar form of the definition, ran at 170 cycles per filter on Zen 3), then written to a local
- * panel whose 16 position rows are copied out whole. */
+/* Input channels per step: one output channel's filters go through the ISA's transform (a loop over
+ * filters that vectorizes; the scalar per-filter form ran at 170 cycles per filter on Zen 3) into
+ * u[xi][c], are interleaved into a local panel, whose 16 position rows are then copied out whole. */
 enum { PACK_CHANNELS = 64 };
 
 static void pack_panels(void *context, int64_t begin, int64_t end, int thread_index) {
@@ -158,8 +141,7 @@ static void pack_panels(void *context, int64_t begin, int64_t end, int thread_in
     const int mr = plan->mr;
     const int64_t cin = plan->in_channels, xi_floats = plan->m_panels * mr * cin;
     float local[TB_WINOGRAD_POSITIONS][PACK_CHANNELS * WINOGRAD_PACK_MAX_MR];
-    float weights[9][PACK_CHANNELS];
-    double sums[PACK_CHANNELS];
+    float u[TB_WINOGRAD_POSITIONS][PACK_CHANNELS];
     for (int64_t panel = begin; panel < end; panel++) {
         const int64_t co0 = panel * mr;
         const int rows = (int)(plan->out_channels - co0 < mr ? plan->out_channels - co0 : mr);
@@ -167,30 +149,12 @@ static void pack_panels(void *context, int64_t begin, int64_t end, int thread_in
         for (int64_t c0 = 0; c0 < cin; c0 += PACK_CHANNELS) {
             const int chunk = (int)(cin - c0 < PACK_CHANNELS ? cin - c0 : PACK_CHANNELS);
             for (int i = 0; i < mr; i++) {
-                if (i >= rows) { /* the last panel's padding rows */
-                    for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++)
-                        for (int c = 0; c < chunk; c++)
-                            local[xi][c * mr + i] = 0.0f;
-                    continue;
-                }
-                const float *from = job->w + ((co0 + i) * cin + c0) * 9;
-                const float scale = job->row_scale ? job->row_scale[co0 + i] : 1.0f;
-                for (int c = 0; c < chunk; c++)
-                    for (int a = 0; a < 9; a++)
-                        weights[a][c] = job->row_scale ? from[c * 9 + a] * scale : from[c * 9 + a];
-                for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++) {
-                    for (int c = 0; c < chunk; c++)
-                        sums[c] = 0.0;
-                    for (int a = 0; a < 9; a++) {
-                        const double m = filter_matrix[a][xi];
-                        if (m == 0.0)
-                            continue;
-                        for (int c = 0; c < chunk; c++)
-                            sums[c] += m * (double)weights[a][c];
-                    }
-                    for (int c = 0; c < chunk; c++)
-                        local[xi][c * mr + i] = (float)sums[c];
-                }
+                if (i < rows)
+                    plan->filters(job->w + ((co0 + i) * cin + c0) * 9, chunk,
+                                  job->row_scale ? job->row_scale + co0 + i : NULL, &u[0][0], PACK_CHANNELS);
+                for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++)
+                    for (int c = 0; c < chunk; c++) /* the last panel's padding rows are zero */
+                        local[xi][c * mr + i] = i < rows ? u[xi][c] : 0.0f;
             }
             for (int xi = 0; xi < TB_WINOGRAD_POSITIONS; xi++)
                 memcpy(to + xi * xi_floats + c0 * mr, local[xi], (size_t)(chunk * mr) * sizeof(float));
@@ -200,7 +164,6 @@ static void pack_panels(void *context, int64_t begin, int64_t end, int thread_in
 
 /* Panels over the thread pool when the weight is large (inline inside a parallel region). */
 void tb_winograd_pack_weight(const tb_winograd_plan *plan, const float *w, const float *row_scale, float *packed) {
-    pthread_once(&filter_matrix_once, filter_matrix_build);
     pack_job job = {.plan = plan, .w = w, .row_scale = row_scale, .packed = packed};
     if (plan->out_channels * plan->in_channels >= 4096 && !tb_in_parallel_region())
         tb_parallel_for(plan->m_panels, 1, pack_panels, &job);

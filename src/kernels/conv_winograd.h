@@ -57,6 +57,13 @@ typedef bool (*tb_winograd_output_fn)(const tb_winograd_geometry *geo, const flo
                                       tb_activation activation, const float *residual, float *y,
                                       tb_gemm_epilogue_fn epilogue, float *work);
 
+/* The weight transform U = G g G^T of `count` <= 64 filters g[c * 9 + a] (times *scale when scale is
+ * non-NULL) into u[xi * u_stride + c] (kernels/simd/winograd_body.h); the same bits at every ISA. */
+typedef void (*tb_winograd_filters_fn)(const float *g, int64_t count, const float *scale, float *u, int64_t u_stride);
+
+void tb_winograd_filters_ref(const float *g, int64_t count, const float *scale, float *u, int64_t u_stride);
+void tb_winograd_filters_avx2(const float *g, int64_t count, const float *scale, float *u, int64_t u_stride);
+void tb_winograd_filters_avx512(const float *g, int64_t count, const float *scale, float *u, int64_t u_stride);
 void tb_winograd_input_ref(const tb_winograd_geometry *geo, const float *x, int64_t t0, int64_t t1, int64_t channels,
                            int nr, float *v, int64_t v_xi_stride, float *work);
 bool tb_winograd_output_ref(const tb_winograd_geometry *geo, const float *m, int64_t m_xi_stride, int64_t ldm,
@@ -88,6 +95,7 @@ typedef struct tb_winograd_plan {
     int64_t part_rows;       /* output channels per task (a multiple of mr) */
     tb_winograd_input_fn input;
     tb_winograd_output_fn output;
+    tb_winograd_filters_fn filters;
 } tb_winograd_plan;
 
 /* Whether the path is on: TORCHBURN_CONV_WINOGRAD (unset or anything but "0": yes) until

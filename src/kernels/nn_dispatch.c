@@ -12,6 +12,7 @@ static const tb_nn_kernels nn_kernels_ref = {
     .max_pool2d_plane = tb_max_pool2d_plane_f32,
     .winograd_input = tb_winograd_input_ref,
     .winograd_output = tb_winograd_output_ref,
+    .winograd_filters = tb_winograd_filters_ref,
 };
 
 #if defined(TB_HAVE_X86)
@@ -26,6 +27,7 @@ static const tb_nn_kernels nn_kernels_avx2 = {
     .conv_direct_max_stride = 1, /* stride 2 here (a deinterleave per 6-channel tile) lost to im2col panels */
     .winograd_input = tb_winograd_input_avx2,
     .winograd_output = tb_winograd_output_avx2,
+    .winograd_filters = tb_winograd_filters_avx2,
 };
 
 static const tb_nn_kernels nn_kernels_avx512 = {
@@ -39,6 +41,7 @@ static const tb_nn_kernels nn_kernels_avx512 = {
     .conv_direct_max_stride = 2,
     .winograd_input = tb_winograd_input_avx512,
     .winograd_output = tb_winograd_output_avx512,
+    .winograd_filters = tb_winograd_filters_avx512,
 };
 #endif
 

@@ -204,6 +204,7 @@ typedef struct tb_nn_kernels {
     int conv_direct_max_stride;    /* the largest stride_w it handles */
     tb_winograd_input_fn winograd_input; /* the F(2x2, 3x3) transforms (kernels/conv_winograd.h) */
     tb_winograd_output_fn winograd_output;
+    tb_winograd_filters_fn winograd_filters;
 } tb_nn_kernels;
 
 /* Which convolutions take the direct path on this CPU (ops_conv.c; cpu_info names it): stride_w up to

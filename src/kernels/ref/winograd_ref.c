@@ -11,3 +11,7 @@ bool tb_winograd_output_ref(const tb_winograd_geometry *geo, const float *m, int
                             const float *residual, float *y, tb_gemm_epilogue_fn epilogue, float *work) {
     return winograd_output(geo, m, m_xi_stride, ldm, rows, t0, t1, bias, activation, residual, y, epilogue, work);
 }
+
+void tb_winograd_filters_ref(const float *g, int64_t count, const float *scale, float *u, int64_t u_stride) {
+    winograd_filters(g, count, scale, u, u_stride);
+}

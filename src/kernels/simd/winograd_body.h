@@ -14,6 +14,39 @@
 
 #include "kernels/conv_winograd.h"
 
+/* U = G g G^T (G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]) of `count` <= WINOGRAD_FILTERS 3x3
+ * filters g[c * 9 + a] (each times *scale when scale is non-NULL: one f32 product, as folding first),
+ * into u[xi * u_stride + c]. Summed in double, which holds these sums of weights times 1, 1/2, 1/4
+ * exactly unless the weights' exponents lie about 29 binades apart, then rounded once: the same bits
+ * at every ISA. Loops over the filters, so they vectorize. */
+enum { WINOGRAD_FILTERS = 64 };
+
+static void winograd_filters(const float *g, int64_t count, const float *scale, float *u, int64_t u_stride) {
+    double w[9][WINOGRAD_FILTERS], t[4][3][WINOGRAD_FILTERS];
+    for (int64_t c = 0; c < count; c++)
+        for (int a = 0; a < 9; a++)
+            w[a][c] = scale ? (double)(g[c * 9 + a] * *scale) : (double)g[c * 9 + a];
+    for (int kw = 0; kw < 3; kw++) /* G g */
+        for (int64_t c = 0; c < count; c++) {
+            const double g0 = w[kw][c], g1 = w[3 + kw][c], g2 = w[6 + kw][c];
+            t[0][kw][c] = g0;
+            t[1][kw][c] = 0.5 * (g0 + g1 + g2);
+            t[2][kw][c] = 0.5 * (g0 - g1 + g2);
+            t[3][kw][c] = g2;
+        }
+    for (int i = 0; i < 4; i++) { /* (G g) G^T */
+        float *restrict u0 = u + (4 * i) * u_stride, *restrict u1 = u + (4 * i + 1) * u_stride;
+        float *restrict u2 = u + (4 * i + 2) * u_stride, *restrict u3 = u + (4 * i + 3) * u_stride;
+        for (int64_t c = 0; c < count; c++) {
+            const double a = t[i][0][c], b = t[i][1][c], d = t[i][2][c];
+            u0[c] = (float)a;
+            u1[c] = (float)(0.5 * (a + b + d));
+            u2[c] = (float)(0.5 * (a - b + d));
+            u3[c] = (float)d;
+        }
+    }
+}
+
 /* Rows of B^T d on the even and odd input columns, from four input rows (f0 .. f3, each read at 2k and
  * 2k + 1): rows d0 - d2, d1 + d2, d2 - d1, d1 - d3. */
 static void winograd_rows_span(const float *restrict f0, const float *restrict f1, const float *restrict f2,
