@@ -10,6 +10,7 @@
 
 #include "kernels/conv_winograd.h"
 #include "kernels/gemm_internal.h"
+#include "kernels/nn_kernels.h"
 #include "tb_test.h"
 
 typedef struct winograd_case {
@@ -209,6 +210,41 @@ static void test_special_values(tb_isa isa) {
     free(work);
 }
 
+/* The weight transform gives the same bits at every ISA (its sums are exact in double), including
+ * 1e30 and 1e-30 weights side by side and a folded scale. */
+static void test_filters_same_bits(tb_isa isa) {
+    enum { COUNT = 61 };
+    float g[COUNT * 9], scale = 0.7f, expected[16 * 64], got[16 * 64];
+    tb_test_fill_uniform(g, COUNT * 9, -2.0f, 2.0f, 4242);
+    g[5] = 1e30f;
+    g[6] = 1e-30f;
+    g[7] = -3e-38f;
+    for (int scaled = 0; scaled < 2; scaled++) {
+        tb_winograd_filters_ref(g, COUNT, scaled ? &scale : NULL, expected, 64);
+        tb_nn_kernels_for(isa)->winograd_filters(g, COUNT, scaled ? &scale : NULL, got, 64);
+        int differ = 0;
+        for (int xi = 0; xi < 16; xi++)
+            differ += memcmp(expected + xi * 64, got + xi * 64, COUNT * sizeof(float)) != 0;
+        TB_CHECK_MSG(differ == 0, "winograd filters %s (scaled %d): %d positions differ from the reference",
+                     tb_isa_name(isa), scaled, differ);
+        /* and the reference against the definition G g G^T in long double */
+        double worst = 0.0;
+        for (int c = 0; c < COUNT; c++)
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) {
+                    static const long double G[4][3] = {{1, 0, 0}, {0.5L, 0.5L, 0.5L}, {0.5L, -0.5L, 0.5L}, {0, 0, 1}};
+                    long double sum = 0;
+                    for (int kh = 0; kh < 3; kh++)
+                        for (int kw = 0; kw < 3; kw++) {
+                            float weight = scaled ? g[c * 9 + kh * 3 + kw] * scale : g[c * 9 + kh * 3 + kw];
+                            sum += G[i][kh] * G[j][kw] * weight;
+                        }
+                    worst = fmax(worst, (double)fabsl((long double)expected[(4 * i + j) * 64 + c] - (float)sum));
+                }
+        TB_CHECK_MSG(worst == 0.0, "winograd filters: differ from G g G^T rounded once by %g", worst);
+    }
+}
+
 int main(void) {
     test_plan_shapes();
     static const tb_isa isas[] = {TB_ISA_SCALAR, TB_ISA_AVX2, TB_ISA_AVX512};
@@ -216,6 +252,7 @@ int main(void) {
         if (tb_isa_supported(isas[i])) {
             test_isa(isas[i]);
             test_special_values(isas[i]);
+            test_filters_same_bits(isas[i]);
         }
     return tb_test_finish("conv_winograd");
 }
