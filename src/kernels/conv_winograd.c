@@ -5,26 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env_switch.h"
 #include "kernels/conv_winograd.h"
 #include "kernels/nn_kernels.h"
 #include "torchburn/thread_pool.h"
 
-/* -1: not read yet; 0: off (TORCHBURN_CONV_WINOGRAD=0); 1: on */
-static atomic_int winograd_mode = -1;
+static tb_env_switch winograd_switch = TB_ENV_SWITCH("TORCHBURN_CONV_WINOGRAD");
 
-bool tb_winograd_enabled(void) {
-    int mode = atomic_load_explicit(&winograd_mode, memory_order_relaxed);
-    if (mode < 0) {
-        const char *text = getenv("TORCHBURN_CONV_WINOGRAD");
-        mode = text && strcmp(text, "0") == 0 ? 0 : 1;
-        atomic_store_explicit(&winograd_mode, mode, memory_order_relaxed);
-    }
-    return mode == 1;
-}
+bool tb_winograd_enabled(void) { return tb_env_switch_on(&winograd_switch); }
 
-void tb_winograd_set_enabled(bool enabled) {
-    atomic_store_explicit(&winograd_mode, enabled ? 1 : 0, memory_order_relaxed);
-}
+void tb_winograd_set_enabled(bool enabled) { tb_env_switch_set(&winograd_switch, enabled); }
 
 static atomic_llong winograd_call_count;
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env_switch.h"
 #include "kernels/gemm_internal.h"
 #include "torchburn/alloc.h"
 #include "torchburn/tensor.h"
@@ -39,20 +40,11 @@ void tb_gemm_cached_b_counts(int64_t *packs, int64_t *hits) {
     *hits = atomic_load_explicit(&hit_count, memory_order_relaxed);
 }
 
-/* -1: not read yet; 0: off (TORCHBURN_PREPACK=0); 1: on */
-static atomic_int prepack_mode = -1;
+static tb_env_switch prepack_switch = TB_ENV_SWITCH("TORCHBURN_PREPACK");
 
-bool tb_gemm_prepack_enabled(void) {
-    int mode = atomic_load_explicit(&prepack_mode, memory_order_relaxed);
-    if (mode < 0) {
-        const char *text = getenv("TORCHBURN_PREPACK");
-        mode = text && strcmp(text, "0") == 0 ? 0 : 1;
-        atomic_store_explicit(&prepack_mode, mode, memory_order_relaxed);
-    }
-    return mode == 1;
-}
+bool tb_gemm_prepack_enabled(void) { return tb_env_switch_on(&prepack_switch); }
 
-void tb_gemm_set_prepack(bool enabled) { atomic_store_explicit(&prepack_mode, enabled ? 1 : 0, memory_order_relaxed); }
+void tb_gemm_set_prepack(bool enabled) { tb_env_switch_set(&prepack_switch, enabled); }
 
 static bool same_key(const packed_weight *e, const tb_gemm_desc *d, uint64_t version, tb_isa isa,
                      tb_gemm_precision precision) {

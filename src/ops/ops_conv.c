@@ -509,7 +509,8 @@ static tb_status conv_run(conv_job *job) {
     }
     tb_status status = (tb_status)atomic_load(&job->failure.status);
     if (status != TB_OK)
-        return tb_error_set(status, "conv2d: out of memory for im2col scratch");
+        return tb_error_set(status, "conv2d: out of memory for %s scratch",
+                            job->path == CONV_WINOGRAD ? "the Winograd transforms'" : "im2col");
     return TB_OK;
 }
 

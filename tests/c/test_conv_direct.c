@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "kernels/conv_winograd.h"
 #include "kernels/gemm.h"
 #include "kernels/nn_kernels.h"
 #include "tb_test.h"
@@ -158,7 +159,8 @@ static bool check_out_of_memory(const int64_t xs[4], const int64_t ws[4], bool b
         tb_alloc_fail_after(-1);
         if (status != TB_ERR_OUT_OF_MEMORY)
             continue;
-        bool scratch = strstr(tb_error_message(), "im2col scratch") != NULL;
+        bool scratch = strstr(tb_error_message(), "im2col scratch") != NULL ||
+                       strstr(tb_error_message(), "Winograd transforms' scratch") != NULL;
         scratch_failed |= scratch;
         TB_CHECK_MSG(out.storage == NULL && (scratch || strstr(tb_error_message(), "allocation of") != NULL),
                      "after %lld allocations: '%s'", (long long)successes, tb_error_message());
@@ -173,14 +175,15 @@ static bool check_out_of_memory(const int64_t xs[4], const int64_t ws[4], bool b
 }
 
 /* The direct path (staging, packed weights, output), then the packed path (3-wide rows are too narrow
- * for the direct one) and the packed path over concatenated images (batch 2 of 3x3 planes), with the BN
- * scale applied while packing. Each case has a larger k than the one before (the scalar ISA has no
+ * for the direct one), the packed path over concatenated images (batch 2 of 3x3 planes) and the
+ * Winograd path (24 channels, 192 tiles), with the BN scale applied while packing. Each case has a larger k than the one before (the scalar ISA has no
  * direct path, so its first case already takes the packed one), so it needs a larger scratch and its
  * workers' scratch is allocated, and fails, inside the loop. */
 static void test_out_of_memory(void) {
     static const int64_t direct_x[4] = {2, 4, 6, 20}, direct_w[4] = {16, 4, 3, 3};
     static const int64_t packed_x[4] = {1, 8, 3, 3}, packed_w[4] = {16, 8, 3, 3};
     static const int64_t images_x[4] = {2, 16, 3, 3}, images_w[4] = {16, 16, 3, 3};
+    static const int64_t winograd_x[4] = {12, 24, 8, 8}, winograd_w[4] = {24, 24, 3, 3}; /* 192 tiles */
     /* without the packed-weight cache, whose allocations (absorbed when they fail) would move the
      * scratch's turn; then with it: every failure still clean */
     const bool prepack = tb_gemm_prepack_enabled();
@@ -188,6 +191,9 @@ static void test_out_of_memory(void) {
     check_out_of_memory(direct_x, direct_w, false);
     TB_CHECK_MSG(check_out_of_memory(packed_x, packed_w, true), "packed path: its scratch never failed");
     TB_CHECK_MSG(check_out_of_memory(images_x, images_w, true), "concatenated images: their scratch never failed");
+    const int64_t winograd_calls = tb_winograd_calls();
+    TB_CHECK_MSG(check_out_of_memory(winograd_x, winograd_w, true), "Winograd path: its scratch never failed");
+    TB_CHECK_MSG(tb_winograd_calls() > winograd_calls, "the Winograd case did not take the Winograd path");
     tb_gemm_set_prepack(true);
     (void)check_out_of_memory(direct_x, direct_w, false);
     (void)check_out_of_memory(packed_x, packed_w, true);
