@@ -16,10 +16,20 @@ def isa(request):
     _C.set_isa(BEST_ISA)
 
 
+def _switched_on(get, set_):
+    before = get()
+    set_(True)
+    yield
+    set_(before)
+
+
 @pytest.fixture
 def prepack_on():
     """Packed-weight caching on for the test (TORCHBURN_PREPACK may have turned it off), restored after."""
-    before = _C.get_prepack()
-    _C.set_prepack(True)
-    yield
-    _C.set_prepack(before)
+    yield from _switched_on(_C.get_prepack, _C.set_prepack)
+
+
+@pytest.fixture
+def winograd_on():
+    """The Winograd convolution path on for the test (TORCHBURN_CONV_WINOGRAD may have turned it off)."""
+    yield from _switched_on(_C.conv_get_winograd, _C.conv_set_winograd)

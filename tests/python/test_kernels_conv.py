@@ -97,14 +97,6 @@ WINOGRAD_SHAPES = [  # (batch, c_in, c_out, size, padding); torch's weights are 
 ]
 
 
-@pytest.fixture
-def winograd_on():
-    before = _C.conv_get_winograd()
-    _C.conv_set_winograd(True)
-    yield
-    _C.conv_set_winograd(before)
-
-
 @pytest.mark.parametrize("shape", WINOGRAD_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_winograd_against_float64(shape, winograd_on):
     """As accurate as torch's own float32 convolution against float64 (within 2x plus a rounding),
