@@ -2,6 +2,7 @@
  * transform and packing, task blocking from the CPU's L2, and one task's k-blocked GEMMs between the
  * per-ISA input and output transforms (kernels/simd/winograd_body.h). */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +85,13 @@ void tb_winograd_init(tb_winograd_plan *plan, tb_isa isa, int64_t batch, int64_t
         parts++;
         plan->part_rows = (plan->m_panels + parts - 1) / parts * uk->mr;
     }
+    static atomic_bool logged;
+    if (tb_kernels_debug() && !atomic_exchange(&logged, true))
+        fprintf(stderr,
+                "[torchburn] conv: 3x3 stride-1 convolutions of 16+ channels on Winograd F(2x2,3x3): %s transforms, "
+                "%s %dx%d GEMMs, first plan %lld tiles per block, %lld output channels per part (L2 %lld KiB)\n",
+                nn->isa_name, uk->isa_name, uk->mr, uk->nr, (long long)plan->block_tiles, (long long)plan->part_rows,
+                (long long)(f->l2.size_bytes / 1024));
 }
 
 int64_t tb_winograd_weight_floats(const tb_winograd_plan *plan) {

@@ -89,7 +89,7 @@ static tb_gemm_blocking from_caches(const tb_gemm_microkernel *uk) {
 static atomic_bool logged[16];
 static atomic_int debug_state = -1; /* TORCHBURN_DEBUG, read once */
 
-static bool debug_enabled(void) {
+bool tb_kernels_debug(void) {
     int state = atomic_load(&debug_state);
     if (state < 0) {
         const char *debug = getenv("TORCHBURN_DEBUG");
@@ -109,7 +109,7 @@ tb_gemm_blocking tb_gemm_blocking_for(const tb_gemm_microkernel *uk) {
         b.source = "override";
     }
     unsigned slot = (unsigned)(uk->nr + uk->mr + uk->packed_bytes) % 16; /* per table; a collision only skips a line */
-    if (debug_enabled() && !atomic_exchange(&logged[slot], true))
+    if (tb_kernels_debug() && !atomic_exchange(&logged[slot], true))
         fprintf(stderr, "[torchburn] gemm %s: micro-kernel %dx%d, blocking mc=%lld kc=%lld nc=%lld (%s; %s)\n",
                 uk->isa_name, uk->mr, uk->nr, (long long)b.mc, (long long)b.kc, (long long)b.nc, b.source,
                 tb_cpu_uarch_name());

@@ -119,6 +119,9 @@ TB_API void tb_gemm_set_blocking_override(int64_t mc, int64_t kc, int64_t nc);
  * (the override then stays unset). Called by the Python extension at import. */
 TB_API tb_status tb_gemm_blocking_init(void);
 
+/* Whether TORCHBURN_DEBUG asks the kernels to log their choices (read once). */
+bool tb_kernels_debug(void);
+
 /* Which kernel each family runs at `isa` on this CPU, as cpu_info() reports it (NUL-terminated). */
 void tb_kernel_variants(tb_isa isa, char gemm_f32[160], char gemm_bf16[96], char conv[160], char qmatmul[64]);
 

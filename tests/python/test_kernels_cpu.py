@@ -77,6 +77,21 @@ def test_blocking_env_override_and_debug_log():
     assert len(log) == 1 and "kc=11" in log[0], done.stderr  # logged once, not per call
 
 
+def test_winograd_env_switch_and_debug_log():
+    code = ("import torch, torchburn; from torchburn import nn_ops, _C; x = torch.randn(12, 16, 8, 8);"
+            "w = torch.randn(16, 16, 3, 3); [nn_ops.conv2d(x, w, None, 1, 1) for _ in range(3)];"
+            "print(_C.conv_winograd_calls(), torchburn.cpu_info()['kernels']['conv'])")
+    on = _run(code, TORCHBURN_DEBUG="1")
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.startswith("3 ") and "winograd" in on.stdout, on.stdout
+    log = [line for line in on.stderr.splitlines() if "[torchburn] conv:" in line]
+    assert len(log) == 1 and "Winograd F(2x2,3x3)" in log[0], on.stderr  # logged once, not per call
+    off = _run(code, TORCHBURN_DEBUG="1", TORCHBURN_CONV_WINOGRAD="0")
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.startswith("0 ") and "winograd" not in off.stdout, off.stdout
+    assert "[torchburn] conv:" not in off.stderr
+
+
 def test_malformed_blocking_env_is_refused_at_import():
     done = _run("import torchburn", TORCHBURN_GEMM_BLOCKING="64,zero,128")
     assert done.returncode != 0
