@@ -27,8 +27,6 @@ void tb_winograd_count_call(void) { atomic_fetch_add_explicit(&winograd_call_cou
  * (16 x part x block tiles) must stay in L2 beside V. */
 enum { WINOGRAD_MAX_PART = 128, WINOGRAD_MAX_BLOCK_PANELS = 8, WINOGRAD_PACK_MAX_MR = 16 };
 
-static int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
 void tb_winograd_init(tb_winograd_plan *plan, tb_isa isa, int64_t batch, int64_t in_channels, int64_t out_channels,
                       int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w, int64_t pad_top, int64_t pad_left,
                       int64_t threads) {
@@ -64,9 +62,7 @@ void tb_winograd_init(tb_winograd_plan *plan, tb_isa isa, int64_t batch, int64_t
     int64_t parts = (out_channels + WINOGRAD_MAX_PART - 1) / WINOGRAD_MAX_PART;
     if (parts < 1)
         parts = 1;
-    plan->part_rows = round_up((plan->m_panels + parts - 1) / parts, 1) * uk->mr;
-    if (plan->part_rows > plan->m_panels * uk->mr)
-        plan->part_rows = plan->m_panels * uk->mr;
+    plan->part_rows = (plan->m_panels + parts - 1) / parts * uk->mr;
     /* tiles per task: V (16 x block x kc) and M (16 x part x block) within half the L2 */
     const tb_cpu_features *f = tb_cpu_get_features();
     int64_t l2_floats = (f->l2.size_bytes > 0 ? f->l2.size_bytes : 512 * 1024) / (int64_t)sizeof(float);
@@ -91,7 +87,7 @@ void tb_winograd_init(tb_winograd_plan *plan, tb_isa isa, int64_t batch, int64_t
                 "[torchburn] conv: 3x3 stride-1 convolutions of 16+ channels on Winograd F(2x2,3x3): %s transforms, "
                 "%s %dx%d GEMMs, first plan %lld tiles per block, %lld output channels per part (L2 %lld KiB)\n",
                 nn->isa_name, uk->isa_name, uk->mr, uk->nr, (long long)plan->block_tiles, (long long)plan->part_rows,
-                (long long)(f->l2.size_bytes / 1024));
+                (long long)(l2_floats * (int64_t)sizeof(float) / 1024));
 }
 
 int64_t tb_winograd_weight_floats(const tb_winograd_plan *plan) {

@@ -325,13 +325,18 @@ static bool conv_packed_rekey(conv_packed *e, const conv_job *job, uint64_t vers
     return true;
 }
 
+/* Whether packed weights may be cached on `storage` (NULL: a staged or folded copy, never cached). */
+static bool weight_cache_usable(const tb_storage *storage) {
+    return storage && tb_gemm_prepack_enabled() && tb_storage_cacheable(storage);
+}
+
 /* The packed weights of job's path in *out (a reference; job->packed_weight points at them): the cached
  * ones when job->weight_storage holds them for this key, else packed now, and kept there when this is
  * the second call at the key (weights that change every call never pay for a copy they cannot reuse). */
 static tb_status packed_weights(conv_job *job, tb_tensor *out) {
     const int64_t count = packed_weight_floats(job);
     tb_storage *storage = job->weight_storage;
-    if (storage && tb_gemm_prepack_enabled() && tb_storage_cacheable(storage)) {
+    if (weight_cache_usable(storage)) {
         tb_storage_derived *derived = tb_storage_derived_take(storage);
         conv_packed *entry = NULL;
         if (derived && derived->free != conv_packed_free) { /* another kind of derived data: leave it */
@@ -584,11 +589,13 @@ static tb_status conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in,
     if (status == TB_OK && epilogue)
         status = tb_nn_stage_vector(epilogue->shift, s.out_channels, "conv2d: shift", &t[SHIFT]);
     conv_job job = {.s = &s, .activation = (tb_activation)activation};
+    /* the cache keys on the caller's weight memory, never on a staged copy (nor a folded one: the paths
+     * that cache pack the weights and fold the BN scale while packing) */
+    tb_storage *weight_storage = epilogue && epilogue->weight_storage ? epilogue->weight_storage : weight_in->storage;
     if (status == TB_OK) {
-        tb_storage *storage = epilogue && epilogue->weight_storage ? epilogue->weight_storage : weight_in->storage;
-        bool cached_weight = storage && tb_gemm_prepack_enabled() && tb_storage_cacheable(storage) &&
-                             tb_tensor_data(&t[W]) == tb_tensor_data(weight_in);
-        job.path = choose_path(&s, cached_weight, &job.plan, &job.winograd);
+        if (tb_tensor_data(&t[W]) != tb_tensor_data(weight_in))
+            weight_storage = NULL;
+        job.path = choose_path(&s, weight_cache_usable(weight_storage), &job.plan, &job.winograd);
         status = fold_epilogue(&t[W], &t[BIAS], &t[SCALE], &t[SHIFT], s.out_channels, s.k,
                                !path_packs_weights(job.path), &t[FOLDED_W], &t[FOLDED_B]);
     }
@@ -603,9 +610,7 @@ static tb_status conv2d_fused(const tb_tensor *x_in, const tb_tensor *weight_in,
     if (status == TB_OK) {
         job.x = tb_tensor_data(&t[X]);
         job.w = tb_tensor_data(&t[FOLDED_W]);
-        /* the cache keys on the caller's weight memory: not on a staged or folded copy */
-        tb_storage *storage = epilogue && epilogue->weight_storage ? epilogue->weight_storage : weight_in->storage;
-        job.weight_storage = job.w == tb_tensor_data(weight_in) ? storage : NULL;
+        job.weight_storage = job.w == tb_tensor_data(weight_in) ? weight_storage : NULL;
         job.bias = tb_nn_data(&t[FOLDED_B]);
         job.row_scale = path_packs_weights(job.path) ? tb_nn_data(&t[SCALE]) : NULL;
         job.residual = tb_nn_data(&t[RESIDUAL]);

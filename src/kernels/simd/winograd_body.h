@@ -3,9 +3,9 @@
  * including file's flags vectorize them at its ISA's width. All static.
  *
  * Input: B^T d B with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. For a run of tiles tx0 .. tx0 +
- * len - 1 of tile row ty, input row r's columns are split into even and odd ones (tile k's four
- * columns are even[k], odd[k], even[k + 1], odd[k + 1]), the row combination is taken on those
- * arrays, then the column combination, each a contiguous loop over k.
+ * len - 1 of tile row ty, the four input rows are read as even and odd columns (tile k's four columns
+ * are even[k], odd[k], even[k + 1], odd[k + 1]) and combined into the rows of B^T d in the same pass;
+ * then the column combination, a contiguous loop over k.
  * Output: A^T M A with A^T = [1 1 1 0; 0 1 -1 -1], summed in the order written below. */
 #ifndef TB_SIMD_WINOGRAD_BODY_H
 #define TB_SIMD_WINOGRAD_BODY_H
@@ -180,17 +180,21 @@ static void winograd_input(const tb_winograd_geometry *geo, const float *x, int6
     }
 }
 
-/* out = (a + b) + c and out = (a - b) - c (+ shift when given: the bias, added last). */
-static void winograd_sum3(const float *restrict a, const float *restrict b, const float *restrict c,
-                          float *restrict out, int64_t n, float shift) {
+/* out = (a + b) + c and out = (a - b) - c, then + shift (the bias) only where `shifted`: the first
+ * stage of A^T M A adds nothing (an added 0 would cost an add per element and turn -0 into +0). Inlined
+ * with `shifted` constant, so each use compiles to its own loop. */
+static inline __attribute__((always_inline)) void winograd_sum3(const float *restrict a, const float *restrict b,
+                                                                const float *restrict c, float *restrict out,
+                                                                int64_t n, bool shifted, float shift) {
     for (int64_t k = 0; k < n; k++)
-        out[k] = a[k] + b[k] + c[k] + shift;
+        out[k] = shifted ? a[k] + b[k] + c[k] + shift : a[k] + b[k] + c[k];
 }
 
-static void winograd_diff3(const float *restrict a, const float *restrict b, const float *restrict c,
-                           float *restrict out, int64_t n, float shift) {
+static inline __attribute__((always_inline)) void winograd_diff3(const float *restrict a, const float *restrict b,
+                                                                 const float *restrict c, float *restrict out,
+                                                                 int64_t n, bool shifted, float shift) {
     for (int64_t k = 0; k < n; k++)
-        out[k] = a[k] - b[k] - c[k] + shift;
+        out[k] = shifted ? a[k] - b[k] - c[k] + shift : a[k] - b[k] - c[k];
 }
 
 /* x = max(0, x) as the GEMM epilogue's relu computes it: NaN and -0 pass through. */
@@ -251,15 +255,15 @@ static bool winograd_output(const tb_winograd_geometry *geo, const float *m, int
         const float *mi = m + i * ldm;
 #define M_AT(xi) (mi + (xi) * m_xi_stride)
         for (int j = 0; j < 4; j++) {
-            winograd_sum3(M_AT(j), M_AT(4 + j), M_AT(8 + j), r[j], count, 0.0f);
-            winograd_diff3(M_AT(4 + j), M_AT(8 + j), M_AT(12 + j), r[4 + j], count, 0.0f);
+            winograd_sum3(M_AT(j), M_AT(4 + j), M_AT(8 + j), r[j], count, false, 0.0f);
+            winograd_diff3(M_AT(4 + j), M_AT(8 + j), M_AT(12 + j), r[4 + j], count, false, 0.0f);
         }
 #undef M_AT
         const float b = bias ? bias[i] : 0.0f;
-        winograd_sum3(r[0], r[1], r[2], out[0], count, b);
-        winograd_diff3(r[1], r[2], r[3], out[1], count, b);
-        winograd_sum3(r[4], r[5], r[6], out[2], count, b);
-        winograd_diff3(r[5], r[6], r[7], out[3], count, b);
+        winograd_sum3(r[0], r[1], r[2], out[0], count, true, b);
+        winograd_diff3(r[1], r[2], r[3], out[1], count, true, b);
+        winograd_sum3(r[4], r[5], r[6], out[2], count, true, b);
+        winograd_diff3(r[5], r[6], r[7], out[3], count, true, b);
         if (activation == TB_ACTIVATION_RELU)
             for (int q = 0; q < 4; q++)
                 winograd_relu(out[q], count);
